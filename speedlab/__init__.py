@@ -1,0 +1,74 @@
+"""speedlab: see where deep-learning training time goes, and which speed knobs pay off.
+
+In a notebook::
+
+    %load_ext speedlab
+
+    %%profile_train --workers 0,2 --precision 32-true,bf16-mixed --steps 50
+    trainer = L.Trainer(max_epochs=1)
+    trainer.fit(model, datamodule)
+
+The same engine without IPython: :func:`profile_train`, :class:`SpeedProbe`.
+
+Importing speedlab is cheap: torch and Lightning load when a run starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it; loaded on first access
+_LAZY = {
+    "SpeedProbe": "speedlab.probe",
+    "RunResult": "speedlab.results",
+    "SweepResult": "speedlab.results",
+    "Knobs": "speedlab.knobs",
+    "explain": "speedlab.knobs",
+    "profile_train": "speedlab.runner",
+    "history": "speedlab.store",
+    "lint": "speedlab.lint",
+    "LintFinding": "speedlab.lint",
+    "SystemSampler": "speedlab.system",
+    "system_info": "speedlab.system",
+}
+
+__all__ = [*_LAZY, "labs", "last", "load_ipython_extension", "unload_ipython_extension"]
+
+#: The SweepResult of the last ``%%profile_train`` cell or ``profile_train`` call.
+last: Any = None
+
+if TYPE_CHECKING:
+    from speedlab import labs
+    from speedlab.knobs import Knobs, explain
+    from speedlab.lint import LintFinding, lint
+    from speedlab.probe import SpeedProbe
+    from speedlab.results import RunResult, SweepResult
+    from speedlab.runner import profile_train
+    from speedlab.store import history
+    from speedlab.system import SystemSampler, system_info
+
+
+def __getattr__(name: str) -> Any:
+    if name == "labs":
+        return importlib.import_module("speedlab.labs")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'speedlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext speedlab``: register ``%%profile_train`` and ``%speedlab``."""
+    from speedlab.magics import SpeedlabMagics
+
+    ipython.register_magics(SpeedlabMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Nothing to undo: magics are re-registered on the next load."""

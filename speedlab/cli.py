@@ -1,0 +1,70 @@
+"""The ``speedlab`` command: a terminal demo and the run history, no notebook needed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from speedlab.knobs import KNOBS, explain
+
+
+def demo(steps: int, workers: int) -> int:
+    """Train the image lab briefly with a live line, then print where the time went."""
+    import lightning.pytorch as pl
+
+    from speedlab.labs import image_lab
+    from speedlab.runner import profile_train
+
+    def train() -> None:
+        model, data = image_lab(num_workers=workers)
+        trainer = pl.Trainer(
+            max_epochs=-1,
+            accelerator="auto",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        )
+        trainer.fit(model, data)
+
+    print(f"speedlab demo: the image lab (JPEG shapes, small ConvNet), {steps} steps, {workers} workers")
+    result = profile_train(train, steps=steps, store=False).runs[0]
+    print()
+    print(result.report())
+    return 1 if result.error else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="speedlab", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("demo", help="train the image lab and show where the time goes")
+    run.add_argument("--steps", type=int, default=120, help="training steps (default 120)")
+    run.add_argument("--workers", type=int, default=0, help="DataLoader workers (default 0)")
+    commands.add_parser("system", help="cores, RAM, /dev/shm, GPU, torch and Lightning versions")
+    past = commands.add_parser("history", help="past runs from the run store")
+    past.add_argument("n", type=int, nargs="?", default=20)
+    teach = commands.add_parser("explain", help="what a knob does and when it helps")
+    teach.add_argument("knob", choices=[spec.option for spec in KNOBS.values()])
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        if args.steps < 1 or args.workers < 0:
+            parser.error("demo: --steps must be >= 1 and --workers >= 0")
+        return demo(args.steps, args.workers)
+    if args.command == "system":
+        from speedlab.system import format_system_info, system_info
+
+        print(format_system_info(system_info()))
+    elif args.command == "history":
+        from speedlab.store import format_history, history
+
+        print(format_history(history(args.n)))
+    else:
+        print(explain(args.knob))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

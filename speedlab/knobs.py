@@ -1,0 +1,305 @@
+"""The speed knobs: their allowed values, validation, sweep plans and teaching texts.
+
+One table (``KNOBS``) drives everything a knob needs: parsing ``--option a,b`` from the magic,
+checking Python values, the panel's controls and ``explain``. A value the table refuses never
+reaches a run.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class KnobError(ValueError):
+    """A knob or run option with a value that is not allowed; the message is one line."""
+
+    def __init__(self, option: str, value: Any, allowed: str) -> None:
+        self.option, self.value, self.allowed = option, value, allowed
+        super().__init__(f"--{option} {value!s}: not allowed. Expected {allowed}.")
+
+
+ON_OFF = {"on": True, "off": False, "true": True, "false": False}
+
+
+def _choice(*values: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        text = str(value).lower()
+        if text not in values:
+            raise ValueError
+        return text
+
+    return check
+
+
+def _on_off(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return ON_OFF[str(value).lower()]
+
+
+def _int_at_least(low: int, *, auto: bool = False) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if auto and str(value).lower() == "auto":
+            return "auto"
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(value) if isinstance(value, str) else value
+        if not isinstance(number, int) or number < low:
+            raise ValueError
+        return number
+
+    return check
+
+
+def _compile(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return _choice("off", "on", "default", "reduce-overhead", "max-autotune")(value)
+
+
+def _strategy(value: Any) -> str:
+    text = str(value).strip()
+    if not text or not text.replace("_", "").replace("-", "").isalnum():
+        raise ValueError
+    return text
+
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", "amp")
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One knob: its option name, how to read a value, what is allowed, and what it does."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    allowed: str
+    explain: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def option(self) -> str:
+        return self.name.replace("_", "-")
+
+    def check(self, value: Any) -> Any:
+        try:
+            return self.parse(value)
+        except (ValueError, KeyError, TypeError):
+            raise KnobError(self.option, value, self.allowed) from None
+
+
+KNOBS: dict[str, KnobSpec] = {
+    spec.name: spec
+    for spec in (
+        KnobSpec(
+            "precision",
+            _choice(*PRECISIONS),
+            "one of " + ", ".join(PRECISIONS),
+            "Mixed precision (16-mixed, bf16-mixed) runs matrix multiplies and convolutions in "
+            "16-bit floats while the weights stay in 32-bit. On GPUs with tensor cores (NVIDIA "
+            "Volta and newer; bf16 needs Ampere or newer) it often makes steps 1.5-3x faster and "
+            "halves activation memory; 16-mixed uses a gradient scaler, bf16 needs none. It only "
+            "speeds up the model's compute: a data-bound pipeline gains nothing. On a CPU, "
+            "16-mixed is not supported and bf16-mixed only pays off on CPUs with bf16 "
+            "instructions (AVX512-BF16, AMX); elsewhere it is often slower than 32-true. "
+            "16-true and bf16-true cast the whole model (less memory, a risk to convergence). "
+            "amp picks the best mixed precision this hardware has.",
+            PRECISIONS,
+        ),
+        KnobSpec(
+            "compile",
+            _compile,
+            "one of off, on, default, reduce-overhead, max-autotune",
+            "torch.compile turns the model's Python code into fused kernels. The first steps "
+            "are slow while it compiles (seconds for a small model, minutes for a large one), "
+            "later steps can be faster: often 1.3-2x on a GPU, less on a CPU. It pays off only "
+            "when the run is long enough to win back the compile time: break-even steps = "
+            "compile cost / time saved per step. It does nothing for a data-bound pipeline, "
+            "and changing shapes (a smaller last batch) trigger recompiles. reduce-overhead "
+            "adds CUDA graphs (GPU only) against launch overhead of small batches; "
+            "max-autotune searches longer for faster kernels.",
+            ("off", "on", "default", "reduce-overhead", "max-autotune"),
+        ),
+        KnobSpec(
+            "workers",
+            _int_at_least(0, auto=True),
+            "an integer >= 0 or auto",
+            "DataLoader num_workers: processes that load and augment batches in parallel while "
+            "the main process trains. With 0, loading runs in the main process between steps "
+            "and every step waits for it. Workers help when data_time is large and CPU cores "
+            "are free. Each worker is a whole process (memory grows with each one) and starts "
+            "again every epoch unless persistent_workers is on. On a machine with few cores "
+            "they compete with torch's own compute threads (torch.get_num_threads()), so "
+            "batch_time can grow as workers are added. auto uses (cores - devices) / devices.",
+        ),
+        KnobSpec(
+            "pin_memory",
+            _on_off,
+            "on or off",
+            "Puts batches in page-locked host memory so the copy to a CUDA GPU is faster and "
+            "can overlap with compute. It only helps when a GPU is training and data transfer "
+            "is visible in data_time; without a GPU there is nothing to copy to and PyTorch "
+            "ignores it.",
+            ("on", "off"),
+        ),
+        KnobSpec(
+            "persistent_workers",
+            _on_off,
+            "on or off",
+            "Keeps DataLoader worker processes alive between epochs, so an epoch does not start "
+            "by launching workers again and waiting for their first batches (the epoch-start "
+            "gap). Helps with many workers and short epochs; does nothing with workers=0 and "
+            "keeps the workers' memory for the whole run.",
+            ("on", "off"),
+        ),
+        KnobSpec(
+            "matmul",
+            _choice("highest", "high", "medium"),
+            "one of highest, high, medium",
+            "torch.set_float32_matmul_precision: highest computes float32 matrix multiplies in "
+            "full float32; high allows TF32 and medium bf16 internally, on hardware that has "
+            "them (NVIDIA Ampere and newer), for up to several times faster matmuls at slightly "
+            "lower precision. On CPUs and older GPUs it usually changes nothing.",
+            ("highest", "high", "medium"),
+        ),
+        KnobSpec(
+            "preload",
+            _choice("off", "ram", "shm"),
+            "one of off, ram, shm",
+            "ram decodes every training sample once, in the main process before training, and "
+            "serves it from memory: file reads and decoding leave the step. Datasets with a "
+            "load/transform split keep their random augmentation per step; for other datasets "
+            "the whole sample is cached, so random augmentation is frozen (the result says so). "
+            "shm copies the dataset's files to /dev/shm (memory-backed) and reads them there: "
+            "no disk latency, but decoding stays. Both need the data to fit in memory, their "
+            "time shows as the preload phase, and neither helps a compute-bound model.",
+            ("off", "ram", "shm"),
+        ),
+        KnobSpec(
+            "batch_size",
+            _int_at_least(1),
+            "an integer >= 1",
+            "Samples per step. Larger batches spread the fixed cost of every step (Python, "
+            "Lightning, kernel launches) over more samples, so samples/s rises until the "
+            "hardware is busy or memory runs out. It also changes the optimisation (the "
+            "learning rate may need scaling): compare samples/s, not steps.",
+        ),
+        KnobSpec(
+            "devices",
+            _int_at_least(1),
+            "an integer >= 1",
+            "How many devices (GPUs, or CPU processes) Lightning trains on with data "
+            "parallelism. Throughput can grow up to N times; gradient synchronisation and a "
+            "shared CPU for data loading take part of it. On a 2-core machine, 2 CPU processes "
+            "share the same cores, so expect far less than 2x.",
+        ),
+        KnobSpec(
+            "strategy",
+            _strategy,
+            "a Lightning strategy name such as auto, ddp, ddp_notebook, ddp_spawn, fsdp",
+            "How Lightning spreads training over devices: ddp starts one process per device "
+            "(for scripts), ddp_notebook forks them (works in notebooks; CUDA must not be "
+            "initialised before), fsdp also shards the model, auto lets Lightning choose.",
+        ),
+    )
+}
+
+
+def explain(knob: str) -> str:
+    """The teaching text for a knob: what it does, when it helps and when it does not."""
+    key = str(knob).strip().lstrip("-").replace("-", "_")
+    if key not in KNOBS:
+        raise KnobError("explain", knob, "a knob: " + ", ".join(s.option for s in KNOBS.values()))
+    spec = KNOBS[key]
+    return f"{spec.option}: {spec.explain}\nValues: {spec.allowed}."
+
+
+def literal(text: str) -> Any:
+    """A Trainer argument value from text: Python literals (``2``, ``0.5``, ``None``) or a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One run's knob settings; ``None`` leaves the cell's own choice in place.
+
+    ``trainer`` holds any other Trainer arguments (``--trainer KEY=V``).
+    """
+
+    precision: str | None = None
+    compile: str | None = None
+    workers: int | str | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    matmul: str | None = None
+    preload: str | None = None
+    batch_size: int | None = None
+    devices: int | None = None
+    strategy: str | None = None
+    trainer: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for spec in KNOBS.values():
+            value = getattr(self, spec.name)
+            if value is not None:
+                object.__setattr__(self, spec.name, spec.check(value))
+        if not isinstance(self.trainer, Mapping):
+            raise KnobError("trainer", self.trainer, "KEY=VALUE pairs")
+        object.__setattr__(self, "trainer", dict(self.trainer))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The knobs that are set, as plain values (for results and the run store)."""
+        out = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "trainer" and getattr(self, f.name) is not None
+        }
+        out.update({f"trainer.{k}": v for k, v in self.trainer.items()})
+        return out
+
+
+def parse_list(option: str, text: str) -> list[Any]:
+    """``--workers 0,2,auto`` -> ``[0, 2, 'auto']``, each value checked."""
+    spec = KNOBS[option.replace("-", "_")]
+    values = [v.strip() for v in str(text).split(",")]
+    if not all(values):
+        raise KnobError(spec.option, text, f"a comma-separated list of values: {spec.allowed}")
+    return [spec.check(v) for v in values]
+
+
+def parse_trainer_option(text: str) -> tuple[str, list[Any]]:
+    """``--trainer accumulate_grad_batches=1,4`` -> ``('accumulate_grad_batches', [1, 4])``."""
+    key, sep, values = str(text).partition("=")
+    if not sep or not key.strip().isidentifier() or not values.strip():
+        raise KnobError("trainer", text, "KEY=V1,V2 with a Trainer argument name as KEY")
+    return key.strip(), [literal(v.strip()) for v in values.split(",")]
+
+
+def as_list(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def sweep_plan(
+    knob_values: Mapping[str, Iterable[Any]], trainer_values: Mapping[str, Iterable[Any]]
+) -> list[Knobs]:
+    """The cartesian product of the value lists in the order given; the first is the baseline."""
+    names = list(knob_values)
+    keys = list(trainer_values)
+    lists = [as_list(knob_values[n]) for n in names] + [as_list(trainer_values[k]) for k in keys]
+    for name, values in zip(names + keys, lists):
+        if not values:
+            raise KnobError(name.replace("_", "-"), "[]", "at least one value")
+    plan = []
+    for combo in itertools.product(*lists):
+        settings = dict(zip(names, combo[: len(names)]))
+        plan.append(Knobs(**settings, trainer=dict(zip(keys, combo[len(names) :]))))
+    return plan

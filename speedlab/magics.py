@@ -1,0 +1,126 @@
+"""IPython glue: ``%%profile_train`` and ``%speedlab``. The work happens in speedlab.runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from speedlab.knobs import KNOBS, KnobError, explain, parse_list, parse_trainer_option
+
+_SUBCOMMANDS = ("history [N]", "explain KNOB", "system")
+
+
+def _knob_arguments(func: Any) -> Any:
+    """One ``--option`` per knob, help from the knob table (so ``%%profile_train?`` lists them)."""
+    for spec in reversed(KNOBS.values()):
+        func = argument(f"--{spec.option}", dest=spec.name, metavar="V1,V2", help=f"{spec.allowed}.")(func)
+    return func
+
+
+@magics_class
+class SpeedlabMagics(Magics):
+    """The speedlab magics; registered by ``%load_ext speedlab``."""
+
+    @magic_arguments()
+    @_knob_arguments
+    @argument(
+        "--trainer",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="Any other Trainer argument, swept like a knob (repeatable).",
+    )
+    @argument("--steps", type=int, help="Stop each run after N training steps.")
+    @argument("--time", type=float, help="Stop each run after S seconds.")
+    @argument("--warmup", type=int, default=5, help="Steps left out of the steady state (default 5).")
+    @argument("--repeat", type=int, default=1, help="Run every combination R times (median, spread).")
+    @argument("--name", help="A label stored with the sweep.")
+    @argument("--no-live", action="store_true", help="No live view while training.")
+    @argument("-o", dest="output", action="store_true", help="Return the SweepResult.")
+    @cell_magic
+    def profile_train(self, line: str, cell: str) -> Any:
+        """Run the cell's Lightning training once per combination of knob values and compare.
+
+        Each knob option takes a comma-separated list; the runs are the cartesian product of the
+        lists in the order given, and the first combination is the baseline. A knob that is not
+        given stays as the cell wrote it. Every Trainer the cell builds gets a SpeedProbe; every
+        run is stored in the run history as it ends. The last result is ``speedlab.last``.
+
+        Example::
+
+            In [1]: %load_ext speedlab
+
+            In [2]: %%profile_train --workers 0,2 --preload off,ram --steps 30
+               ...: model, data = speedlab.labs.image_lab()
+               ...: trainer = L.Trainer(max_epochs=1)
+               ...: trainer.fit(model, data)
+        """
+        from speedlab.runner import plan_sweep, run_sweep, user_traceback
+
+        args = parse_argstring(self.profile_train, line)
+        if not cell.strip():
+            raise UsageError("%%profile_train needs a cell that builds a Trainer and calls trainer.fit(...).")
+        try:
+            knobs = {
+                name: parse_list(name, getattr(args, name))
+                for name in KNOBS
+                if getattr(args, name) is not None
+            }
+            trainer = dict(parse_trainer_option(text) for text in args.trainer)
+            spec = plan_sweep(
+                knobs,
+                trainer=trainer,
+                steps=args.steps,
+                time=args.time,
+                warmup=args.warmup,
+                repeat=args.repeat,
+                name=args.name,
+            )
+        except KnobError as err:
+            raise UsageError(str(err)) from None
+
+        shell = self.shell
+        filename = shell.compile.cache(cell)
+        code = shell.compile(cell, filename, "exec")
+
+        def train() -> None:
+            exec(code, shell.user_ns)
+
+        def show_error(err: BaseException) -> None:
+            shell.showtraceback((type(err), err, user_traceback(err.__traceback__)))
+
+        sweep = run_sweep(train, spec, live=not args.no_live, source=cell, show_error=show_error)
+        if args.output:
+            return sweep
+        from IPython.display import display
+
+        display(sweep)
+        return None
+
+    @line_magic
+    def speedlab(self, line: str) -> Any:
+        """``%speedlab history [N]`` · ``%speedlab explain KNOB`` · ``%speedlab system``."""
+        command, _, rest = line.strip().partition(" ")
+        rest = rest.strip()
+        if command == "explain" and rest:
+            try:
+                print(explain(rest))
+            except KnobError as err:
+                raise UsageError(str(err)) from None
+        elif command == "history":
+            from speedlab.store import format_history, history
+
+            if rest and not rest.isdigit():
+                raise UsageError(f"%speedlab history {rest}: expected a number of runs, e.g. 20.")
+            print(format_history(history(int(rest) if rest else 20)))
+        elif command == "system":
+            from speedlab.system import format_system_info, system_info
+
+            print(format_system_info(system_info()))
+        else:
+            raise UsageError(
+                f"%speedlab {line.strip()}: expected one of " + ", ".join(_SUBCOMMANDS) + "."
+            )

@@ -1,0 +1,58 @@
+"""A small table that prints aligned in a terminal, renders as HTML in a notebook and writes CSV."""
+
+from __future__ import annotations
+
+import csv
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Table:
+    """Rows of already formatted cells under named columns."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+    def __str__(self) -> str:
+        cells = [self.columns, *self.rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        lines = [
+            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            for row in cells
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        if self.caption:
+            lines.insert(0, self.caption)
+        return "\n".join(line.rstrip() for line in lines)
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # noqa: ANN001 - IPython's printer
+        p.text(str(self))
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows
+        )
+        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        return (
+            f'<table class="speedlab-table">{caption}<thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+
+    def to_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        with path.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(self.columns)
+            writer.writerows(self.rows)
+        return path
+
+
+def fmt(value: float | None, spec: str, *, scale: float = 1.0, suffix: str = "") -> str:
+    """Format a number, or a dash when it is missing or NaN."""
+    if value is None or value != value:
+        return "-"
+    return f"{value * scale:{spec}}{suffix}"
