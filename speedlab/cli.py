@@ -29,7 +29,9 @@ def demo(steps: int, workers: int) -> int:
         )
         trainer.fit(model, data)
 
-    print(f"speedlab demo: the image lab (JPEG shapes, small ConvNet), {steps} steps, {workers} workers")
+    print(
+        f"speedlab demo: the image lab (JPEG shapes, small ConvNet), {steps} steps, {workers} workers"
+    )
     result = profile_train(train, steps=steps, store=False).runs[0]
     print()
     print(result.report())

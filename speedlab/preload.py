@@ -118,7 +118,9 @@ def preload_ram(dataset: Any) -> Preloaded:
         return Preloaded(dataset)
     if callable(getattr(base, "load", None)) and callable(getattr(base, "transform", None)):
         sample = [base.load(i) for i in indices[:_ESTIMATE_FROM]]
-        _check_ram(sum(map(nbytes, sample)) / len(sample) * len(indices), f"{len(indices)} decoded samples")
+        _check_ram(
+            sum(map(nbytes, sample)) / len(sample) * len(indices), f"{len(indices)} decoded samples"
+        )
         items = dict(zip(indices, sample))
         items.update((i, base.load(i)) for i in indices[len(sample) :])
         cached = copy.copy(base)

@@ -93,7 +93,9 @@ class _SpeedProbeCore:
         compiled: bool | None = None,
     ) -> None:
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-            raise ValueError(f"`SpeedProbe(warmup={warmup!r})` is not valid. Expected an integer >= 0.")
+            raise ValueError(
+                f"`SpeedProbe(warmup={warmup!r})` is not valid. Expected an integer >= 0."
+            )
         if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
             raise ValueError(
                 f"`SpeedProbe(log_every_n_steps={log_every_n_steps!r})` is not valid. "
@@ -231,7 +233,9 @@ class _SpeedProbeCore:
         self._first_in_epoch = True
         self._epoch = trainer.current_epoch
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._hook_start = _perf()
         self._batch_samples = batch_size_of(batch)
 
@@ -330,7 +334,9 @@ class _SpeedProbeCore:
         if self._result is None:
             if self._active:
                 return self._build_result()
-            raise RuntimeError("SpeedProbe has not watched a fit yet: pass it to Trainer(callbacks=[...]).")
+            raise RuntimeError(
+                "SpeedProbe has not watched a fit yet: pass it to Trainer(callbacks=[...])."
+            )
         return self._result
 
 

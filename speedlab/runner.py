@@ -95,7 +95,9 @@ def _reap_workers(before: set[int]) -> list[str]:
         if child.is_alive():
             child.kill()
             child.join()
-            notes.append(f"A worker process ({child.name}) was still alive after the run and was stopped.")
+            notes.append(
+                f"A worker process ({child.name}) was still alive after the run and was stopped."
+            )
     return notes
 
 
@@ -134,10 +136,14 @@ def run_once(
             result.error = describe_error(fit.exception)
         results.append(result)
     if not results:
-        message = describe_error(error) if error else (
-            "The cell never called trainer.fit(...): there was no training to measure."
+        message = (
+            describe_error(error)
+            if error
+            else ("The cell never called trainer.fit(...): there was no training to measure.")
         )
-        results.append(RunResult(knobs=knobs.as_dict(), error=message, notes=session.notes + reaped))
+        results.append(
+            RunResult(knobs=knobs.as_dict(), error=message, notes=session.notes + reaped)
+        )
     elif error is not None and all(r.error is None for r in results):
         results[-1].error = describe_error(error)
     return results, error
@@ -156,7 +162,12 @@ def merge_replicates(replicates: list[RunResult]) -> RunResult:
     done = [r for r in replicates if r.ok] or replicates
     rates = [r.samples_per_s for r in done]
     median = summarize(rates).median
-    middle = min(done, key=lambda r: abs(r.samples_per_s - median) if r.samples_per_s == r.samples_per_s else 1e300)
+    middle = min(
+        done,
+        key=lambda r: (
+            abs(r.samples_per_s - median) if r.samples_per_s == r.samples_per_s else 1e300
+        ),
+    )
     notes = list(dict.fromkeys(n for r in replicates for n in r.notes))
     errors = [r.error for r in replicates if r.error]
     return RunResult(
@@ -167,7 +178,8 @@ def merge_replicates(replicates: list[RunResult]) -> RunResult:
         final_loss=middle.final_loss,
         losses=middle.losses,
         error=errors[0] if len(errors) == len(replicates) else None,
-        notes=notes + ([f"{len(errors)} of {len(replicates)} repeats failed: {errors[0]}"] if errors else []),
+        notes=notes
+        + ([f"{len(errors)} of {len(replicates)} repeats failed: {errors[0]}"] if errors else []),
         wall_time=middle.wall_time,
         device=middle.device,
         replicates=replicates,
@@ -194,7 +206,9 @@ def run_sweep(
     run_store = None if store is False else RunStore(None if store in (None, True) else store)
     sweep_id = None
     if run_store is not None:
-        sweep_id = run_store.new_sweep(name=spec.name, cell_hash=cell_hash(source), env=system_info())
+        sweep_id = run_store.new_sweep(
+            name=spec.name, cell_hash=cell_hash(source), env=system_info()
+        )
     view = view or choose_view(live)
     runs: list[RunResult] = []
     shown: set[str] = set()
@@ -213,10 +227,9 @@ def run_sweep(
                     position += 1
                     view.end_run(result)
                 replicates += results
-                if error is not None and not isinstance(error, KeyboardInterrupt):
-                    if describe_error(error) not in shown:
-                        shown.add(describe_error(error))
-                        show_error(error)
+                if isinstance(error, Exception) and describe_error(error) not in shown:
+                    shown.add(describe_error(error))  # the same failure in every run: shown once
+                    show_error(error)
                 if isinstance(error, KeyboardInterrupt):
                     interrupted = True
                     break
@@ -228,7 +241,9 @@ def run_sweep(
             run_store.close()
     sweep = SweepResult(runs, name=spec.name)
     if interrupted:
-        sweep.notes.append(f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept.")
+        sweep.notes.append(
+            f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept."
+        )
     view.end_sweep(sweep)
     speedlab.last = sweep
     return sweep
@@ -302,6 +317,12 @@ def profile_train(
         "strategy": strategy,
     }
     spec = plan_sweep(
-        knob_values, trainer=trainer, steps=steps, time=time, warmup=warmup, repeat=repeat, name=name
+        knob_values,
+        trainer=trainer,
+        steps=steps,
+        time=time,
+        warmup=warmup,
+        repeat=repeat,
+        name=name,
     )
     return run_sweep(train_fn, spec, live=live, store=store)

@@ -20,7 +20,10 @@ class Table:
         cells = [self.columns, *self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = [
-            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths))
+            )
             for row in cells
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
@@ -28,13 +31,14 @@ class Table:
             lines.insert(0, self.caption)
         return "\n".join(line.rstrip() for line in lines)
 
-    def _repr_pretty_(self, p, cycle: bool) -> None:  # noqa: ANN001 - IPython's printer
+    def _repr_pretty_(self, p, cycle: bool) -> None:
         p.text(str(self))
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows
         )
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
         return (

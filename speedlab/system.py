@@ -1,0 +1,525 @@
+"""What the machine does while a model trains: CPU, memory, /dev/shm and GPU, sampled in a thread.
+
+`SystemSampler` watches the main process and all its children (DataLoader workers) at about
+4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound one. `system_info`
+describes the static environment for `%speedlab system` and the run store.
+
+Nothing here imports torch or lightning: torch is only consulted when the user's code has
+already imported it, and CUDA is never initialised (that would break fork-based workers).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import multiprocessing
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
+from pathlib import Path
+from statistics import fmean
+from types import ModuleType, TracebackType
+from typing import Any
+
+import psutil
+
+SHM_PATH = "/dev/shm"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class SystemSample:
+    """One reading. CPU figures cover the interval since the previous sample (None on the first).
+
+    Process CPU figures are in "percent of one core" (100 = one core fully busy), like
+    `psutil.Process.cpu_percent`; machine figures are in percent of all cores.
+    """
+
+    t: float  # time.perf_counter()
+    cpu_percent: float | None
+    cpu_percent_per_core: list[float] | None
+    iowait_percent: float | None  # None where the OS does not report iowait
+    main_cpu_percent: float | None
+    workers_cpu_percent: float | None  # all child processes together
+    rss_bytes: int  # main process plus all children
+    workers: int  # child processes alive
+    shm_used_bytes: int | None
+    torch_threads: int | None  # None unless torch is imported
+    gpu_util_percent: float | None  # mean over the visible GPUs (NVML)
+    gpu_mem_bytes: int | None  # device memory in use (NVML), else torch's reserved bytes
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """A run's system figures: CPU means are time-weighted over the sampled intervals."""
+
+    cores: int
+    samples: int
+    duration_s: float
+    cpu_percent: float
+    cpu_percent_per_core: list[float]
+    iowait_percent: float | None  # None where the OS does not report iowait
+    main_cpu_percent: float  # percent of one core, as in SystemSample
+    workers_cpu_percent: float
+    peak_workers: int
+    peak_rss_bytes: int
+    peak_shm_bytes: int | None
+    torch_threads: int | None
+    gpu_util_percent: float | None  # None without a GPU
+    gpu_mem_peak_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        return asdict(self)
+
+
+class SystemSampler:
+    """Samples the machine in a daemon thread until stopped.
+
+    Args:
+        interval_s: seconds between samples (default 0.25, about 4 Hz). A sample is also
+            taken at `start()` and at `stop()`, so even a very short run has data.
+
+    Example::
+
+        with SystemSampler() as sampler:
+            trainer.fit(model, loader)
+        print(sampler.summary().workers_cpu_percent)
+    """
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"SystemSampler(interval_s={interval_s!r}): expected seconds > 0")
+        self.interval_s = interval_s
+        self._samples: list[SystemSample] = []
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reader: _Reader | None = None
+        self._final: SystemSummary | None = None
+
+    def start(self) -> None:
+        """Take the first sample and start the sampling thread. A sampler runs once."""
+        if self._reader is not None:
+            raise RuntimeError("SystemSampler.start() was already called; use a new sampler")
+        self._reader = _Reader()
+        self._add(self._reader.read())
+        self._thread = threading.Thread(
+            target=self._loop, args=(self._reader,), name="speedlab-system-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> SystemSummary:
+        """Stop and join the thread, take a final sample, return the summary. Idempotent."""
+        if self._final is None:
+            if self._reader is None or self._thread is None:
+                raise RuntimeError("SystemSampler.stop() called before start()")
+            self._stop_event.set()
+            self._thread.join()
+            try:
+                self._add(self._reader.read())
+            finally:
+                self._reader.close()
+            self._final = self.summary()
+        return self._final
+
+    def __enter__(self) -> SystemSampler:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def samples(self) -> list[SystemSample]:
+        """A copy of the samples taken so far, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+    def latest(self) -> SystemSample | None:
+        """The newest sample (for a live view), or None before `start()`."""
+        with self._lock:
+            return self._samples[-1] if self._samples else None
+
+    def summary(self) -> SystemSummary:
+        """Summary of the samples so far; after `stop()` it covers the whole run."""
+        return summarize(self.samples, psutil.cpu_count() or 1)
+
+    def _add(self, sample: SystemSample) -> None:
+        with self._lock:
+            self._samples.append(sample)
+
+    def _loop(self, reader: _Reader) -> None:
+        due = time.perf_counter() + self.interval_s
+        while not self._stop_event.wait(max(0.0, due - time.perf_counter())):
+            self._add(reader.read())
+            # After a slow read, resume the rhythm from now instead of catching up in a burst.
+            due = max(due + self.interval_s, time.perf_counter())
+
+
+def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
+    """Summarise samples: CPU means weighted by interval length, memory as peaks."""
+    timed = [(b.t - a.t, b) for a, b in pairwise(samples) if b.cpu_percent is not None]
+    span = sum(dt for dt, _ in timed)
+
+    def weighted(get: Callable[[SystemSample], float]) -> float:
+        return sum(dt * get(s) for dt, s in timed) / span if span > 0 else 0.0
+
+    n_cores = min((len(s.cpu_percent_per_core or []) for _, s in timed), default=0)
+    has_iowait = bool(timed) and all(s.iowait_percent is not None for _, s in timed)
+    gpu_utils = [s.gpu_util_percent for s in samples if s.gpu_util_percent is not None]
+    gpu_mems = [s.gpu_mem_bytes for s in samples if s.gpu_mem_bytes is not None]
+    shms = [s.shm_used_bytes for s in samples if s.shm_used_bytes is not None]
+    threads = [s.torch_threads for s in samples if s.torch_threads is not None]
+    return SystemSummary(
+        cores=cores,
+        samples=len(samples),
+        duration_s=samples[-1].t - samples[0].t if samples else 0.0,
+        cpu_percent=weighted(lambda s: s.cpu_percent or 0.0),
+        cpu_percent_per_core=[
+            weighted(lambda s, i=i: (s.cpu_percent_per_core or [])[i]) for i in range(n_cores)
+        ],
+        iowait_percent=weighted(lambda s: s.iowait_percent or 0.0) if has_iowait else None,
+        main_cpu_percent=weighted(lambda s: s.main_cpu_percent or 0.0),
+        workers_cpu_percent=weighted(lambda s: s.workers_cpu_percent or 0.0),
+        peak_workers=max((s.workers for s in samples), default=0),
+        peak_rss_bytes=max((s.rss_bytes for s in samples), default=0),
+        peak_shm_bytes=max(shms) if shms else None,
+        torch_threads=threads[-1] if threads else None,
+        gpu_util_percent=fmean(gpu_utils) if gpu_utils else None,
+        gpu_mem_peak_bytes=max(gpu_mems) if gpu_mems else None,
+    )
+
+
+class _Reader:
+    """Takes samples; keeps the previous readings that per-interval CPU deltas need.
+
+    CPU deltas are computed here rather than with `psutil.cpu_percent(interval=None)`,
+    whose "since the last call" state is global and shared with any other caller.
+    """
+
+    def __init__(self) -> None:
+        self._main = psutil.Process(os.getpid())
+        self._nvml = _Nvml()
+        self._t: float | None = None
+        self._cpu: list[Any] = []
+        self._main_cpu = 0.0
+        self._reaped_cpu = 0.0
+        # Keyed by psutil.Process, which hashes on (pid, create time): a reused pid is a new key.
+        self._children_cpu: dict[psutil.Process, float] = {}
+
+    def read(self) -> SystemSample:
+        t = time.perf_counter()
+        cpu = psutil.cpu_times(percpu=True)
+        main_times = self._main.cpu_times()
+        main_cpu = main_times.user + main_times.system
+        # CPU time of children that have exited and been waited for lands here.
+        reaped_cpu = main_times.children_user + main_times.children_system
+        rss = self._main.memory_info().rss
+        children_cpu: dict[psutil.Process, float] = {}
+        for child in self._main.children(recursive=True):
+            try:
+                with child.oneshot():
+                    times = child.cpu_times()
+                    rss += child.memory_info().rss
+            except psutil.Error:
+                continue
+            children_cpu[child] = times.user + times.system
+
+        gpu_util, gpu_mem = self._nvml.read()
+        torch = _imported_torch()
+        sample = SystemSample(
+            t=t,
+            cpu_percent=None,
+            cpu_percent_per_core=None,
+            iowait_percent=None,
+            main_cpu_percent=None,
+            workers_cpu_percent=None,
+            rss_bytes=rss,
+            workers=len(children_cpu),
+            shm_used_bytes=_shm_used(),
+            torch_threads=torch.get_num_threads() if torch is not None else None,
+            gpu_util_percent=gpu_util,
+            gpu_mem_bytes=gpu_mem if gpu_mem is not None else _torch_gpu_memory(torch),
+        )
+        if self._t is not None and t > self._t:
+            sample = self._with_cpu(sample, t - self._t, cpu, main_cpu, reaped_cpu, children_cpu)
+        self._t, self._cpu, self._main_cpu = t, cpu, main_cpu
+        self._reaped_cpu, self._children_cpu = reaped_cpu, children_cpu
+        return sample
+
+    def _with_cpu(
+        self,
+        sample: SystemSample,
+        dt: float,
+        cpu: list[Any],
+        main_cpu: float,
+        reaped_cpu: float,
+        children_cpu: dict[psutil.Process, float],
+    ) -> SystemSample:
+        """The sample with the CPU figures of the interval `dt` since the previous reading."""
+        # A child first seen now was born since the previous reading: all its CPU time is new.
+        live = sum(c - self._children_cpu.get(p, 0.0) for p, c in children_cpu.items())
+        gone_seen = sum(c for p, c in self._children_cpu.items() if p not in children_cpu)
+        # Reaped children's totals appear in reaped_cpu; what we had already counted is removed.
+        unseen = max(0.0, reaped_cpu - self._reaped_cpu - gone_seen)
+        cores = [_busy_iowait_total(b, a) for b, a in zip(self._cpu, cpu, strict=False)]
+        total = sum(c[2] for c in cores)
+        has_iowait = "iowait" in cpu[0]._fields
+        return replace(
+            sample,
+            cpu_percent=_percent(sum(c[0] for c in cores), total),
+            cpu_percent_per_core=[_percent(busy, tot) for busy, _, tot in cores],
+            iowait_percent=_percent(sum(c[1] for c in cores), total) if has_iowait else None,
+            main_cpu_percent=100.0 * max(0.0, main_cpu - self._main_cpu) / dt,
+            workers_cpu_percent=100.0 * max(0.0, live + unseen) / dt,
+        )
+
+    def close(self) -> None:
+        self._nvml.close()
+
+
+def _busy_iowait_total(before: Any, after: Any) -> tuple[float, float, float]:
+    """Busy, iowait and total CPU seconds of one core between two `psutil.cpu_times` readings.
+
+    Same accounting as psutil: guest time is already inside user/nice, iowait counts as idle.
+    """
+    delta = {name: a - b for name, a, b in zip(after._fields, after, before, strict=True)}
+    total = sum(delta.values()) - delta.get("guest", 0.0) - delta.get("guest_nice", 0.0)
+    iowait = delta.get("iowait", 0.0)
+    return max(0.0, total - delta["idle"] - iowait), max(0.0, iowait), total
+
+
+def _percent(part: float, whole: float) -> float:
+    return min(100.0, 100.0 * part / whole) if whole > 0 else 0.0
+
+
+def _shm_used() -> int | None:
+    return shutil.disk_usage(SHM_PATH).used if os.path.isdir(SHM_PATH) else None
+
+
+def _imported_torch() -> ModuleType | None:
+    """torch if the user's code has finished importing it, else None. Never imports it."""
+    torch = sys.modules.get("torch")
+    # A module still executing its import (perhaps in another thread) has this flag set.
+    if torch is None or getattr(torch.__spec__, "_initializing", False):
+        return None
+    return torch
+
+
+def _torch_gpu_memory(torch: ModuleType | None) -> int | None:
+    """Bytes torch's CUDA allocator holds, only where CUDA is already initialised.
+
+    Checking `torch.cuda.is_available()` would initialise CUDA, and a process that has done so
+    cannot fork DataLoader workers or `ddp_notebook` ranks that use CUDA.
+    """
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
+
+
+def visible_gpus(count: int) -> list[int]:
+    """Indices of the GPUs this process may use, from CUDA_VISIBLE_DEVICES (all if unset).
+
+    Entries given as UUIDs cannot be mapped to indices here, so those count as all GPUs.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return list(range(count))
+    entries = [e.strip() for e in env.split(",") if e.strip()]
+    if not all(e.isdigit() for e in entries):
+        return list(range(count))
+    return [i for i in dict.fromkeys(int(e) for e in entries) if i < count]
+
+
+class _Nvml:
+    """NVML handles of the visible GPUs; empty when pynvml (nvidia-ml-py) or a driver is missing."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self._lib: Any = None
+        try:
+            import pynvml
+        except ImportError:
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError:
+            return
+        self._lib = pynvml
+        try:
+            indices = visible_gpus(pynvml.nvmlDeviceGetCount())
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        except pynvml.NVMLError:
+            self.handles = []
+
+    def read(self) -> tuple[float | None, int | None]:
+        """Mean utilisation percent and summed used memory of the visible GPUs."""
+        if not self.handles:
+            return None, None
+        lib = self._lib
+        try:
+            util = fmean(lib.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles)
+            mem = sum(lib.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
+        except lib.NVMLError:
+            return None, None
+        return float(util), int(mem)
+
+    def names(self) -> list[str]:
+        names = [self._lib.nvmlDeviceGetName(h) for h in self.handles]
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+    def close(self) -> None:
+        if self._lib is not None:
+            with suppress(self._lib.NVMLError):
+                self._lib.nvmlShutdown()
+        self._lib, self.handles = None, []
+
+
+def cgroup_limits(root: Path = CGROUP_ROOT) -> tuple[float | None, int | None]:
+    """The container's CPU quota (in cores) and memory limit (bytes); None where unlimited.
+
+    Binder and Kubernetes limit a notebook through cgroups while `os.cpu_count()` and
+    `psutil.virtual_memory()` still describe the whole host. Reads cgroup v2, then v1.
+    """
+    cpu = _read_ints(root / "cpu.max") or _read_ints(
+        root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
+    )
+    mem = _read_ints(root / "memory.max") or _read_ints(root / "memory" / "memory.limit_in_bytes")
+    cores = cpu[0] / cpu[1] if cpu and len(cpu) == 2 and cpu[0] > 0 and cpu[1] > 0 else None
+    # cgroup v1 writes "no limit" as a huge page-aligned number.
+    limit = mem[0] if mem and 0 < mem[0] < 2**62 else None
+    return cores, limit
+
+
+def _read_ints(*paths: Path) -> list[int] | None:
+    """The integers in these small files, None if any is missing or says "max" (no limit)."""
+    values: list[int] = []
+    for path in paths:
+        try:
+            words = path.read_text().split()
+        except OSError:
+            return None
+        if not words or not all(w.lstrip("-").isdigit() for w in words):
+            return None
+        values += [int(w) for w in words]
+    return values
+
+
+def usable_cores() -> int:
+    """Cores this process can really use: logical cores, CPU affinity and cgroup quota."""
+    cores = psutil.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        cores = min(cores, len(os.sched_getaffinity(0)))
+    quota, _ = cgroup_limits()
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return cores
+
+
+def system_info() -> dict[str, Any]:
+    """The static environment: cores, memory, /dev/shm, GPUs, versions, start method."""
+    memory = psutil.virtual_memory()
+    shm = shutil.disk_usage(SHM_PATH) if os.path.isdir(SHM_PATH) else None
+    _, memory_limit = cgroup_limits()
+    torch = _imported_torch()
+    return {
+        "cores_logical": psutil.cpu_count(logical=True),
+        "cores_physical": psutil.cpu_count(logical=False),
+        "cores_usable": usable_cores(),
+        "ram_total_bytes": memory.total,
+        "ram_available_bytes": memory.available,
+        "ram_limit_bytes": memory_limit,
+        "shm_total_bytes": shm.total if shm else None,
+        "shm_free_bytes": shm.free if shm else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": _version("torch"),
+        "lightning": _version("lightning"),
+        "pytorch_lightning": _version("pytorch_lightning"),
+        "cuda": torch.version.cuda if torch is not None else None,
+        "gpus": _gpu_names(torch),
+        "start_method": multiprocessing.get_start_method(allow_none=True)
+        # The first method listed is the platform default; asking for it would fix it.
+        or multiprocessing.get_all_start_methods()[0],
+    }
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _gpu_names(torch: ModuleType | None) -> list[str]:
+    """GPU names from NVML, else from torch without initialising CUDA where possible."""
+    nvml = _Nvml()
+    try:
+        if nvml.handles:
+            return nvml.names()
+    finally:
+        nvml.close()
+    if torch is None:
+        return []
+    count = torch.cuda.device_count()  # uses NVML when it can, so it does not initialise CUDA
+    if torch.cuda.is_initialized():
+        return [torch.cuda.get_device_name(i) for i in range(count)]
+    return [f"CUDA device {i}" for i in range(count)]
+
+
+def format_bytes(n: float | None) -> str:
+    """`1536` -> '1.5 KiB'; None -> 'n/a'."""
+    if n is None:
+        return "n/a"
+    power = min(int(math.log(abs(n), 1024)), 4) if abs(n) >= 1024 else 0
+    unit = ("B", "KiB", "MiB", "GiB", "TiB")[power]
+    return f"{n:.0f} B" if power == 0 else f"{n / 1024**power:.1f} {unit}"
+
+
+def format_system_info(info: dict[str, Any]) -> str:
+    """Readable lines for `%speedlab system`."""
+    limit = info.get("ram_limit_bytes")
+    shm_total = info.get("shm_total_bytes")
+    gpus = ", ".join(info.get("gpus") or []) or "none"
+    if info.get("cuda"):
+        gpus += f" (torch built for CUDA {info['cuda']})"
+    rows = [
+        (
+            "CPU cores",
+            f"{info['cores_logical']} logical, {info['cores_physical'] or '?'} physical, "
+            f"{info['cores_usable']} usable by this process",
+        ),
+        (
+            "RAM",
+            f"{format_bytes(info['ram_total_bytes'])} total, "
+            f"{format_bytes(info['ram_available_bytes'])} available"
+            + (f", container limit {format_bytes(limit)}" if limit else ""),
+        ),
+        (
+            "/dev/shm",
+            f"{format_bytes(shm_total)} total, {format_bytes(info['shm_free_bytes'])} free"
+            if shm_total is not None
+            else "not available",
+        ),
+        ("GPU", gpus),
+        ("Python", f"{info['python']} on {info['platform']}"),
+        ("torch", info.get("torch") or "not installed"),
+        ("lightning", info.get("lightning") or "not installed"),
+        ("pytorch_lightning", info.get("pytorch_lightning") or "not installed"),
+        ("start method", info["start_method"]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,0 +1,77 @@
+"""Shared fixtures. Every test must leave the process as it found it (STYLE: tqdm's check)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def lab_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One dataset cache for the whole session: the image lab is generated once."""
+    return tmp_path_factory.mktemp("speedlab-cache")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lab_cache: Path) -> None:
+    """No test writes to the home folder or the repo; live views stay silent unless asked."""
+    monkeypatch.setenv("SPEEDLAB_CACHE", str(lab_cache))
+    monkeypatch.setenv("SPEEDLAB_STORE", str(tmp_path / "runs.sqlite"))
+    from speedlab import live
+
+    live.set_frontend("none")
+    yield
+    live.set_frontend(None)
+
+
+def _originals() -> dict[str, object]:
+    from speedlab._compat import trainer_classes
+
+    return {
+        f"{cls.__module__}.{name}": cls.__dict__[name]
+        for cls in trainer_classes()
+        for name in ("__init__", "fit")
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(request: pytest.FixtureRequest):
+    """Fail a test that leaves a thread, a worker process, a patch or a changed setting behind."""
+    import torch
+
+    threads = set(threading.enumerate())
+    sigint = signal.getsignal(signal.SIGINT)
+    matmul = torch.get_float32_matmul_precision()
+    originals = _originals()
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        extra_threads = [
+            t
+            for t in set(threading.enumerate()) - threads
+            if t.is_alive() and (not t.daemon or t.name.startswith("speedlab"))
+        ]
+        children = multiprocessing.active_children()
+        if not extra_threads and not children:
+            break
+        time.sleep(0.05)
+    problems = []
+    if extra_threads:
+        problems.append(f"threads left alive: {[t.name for t in extra_threads]}")
+    if children:
+        problems.append(f"processes left alive: {children}")
+    if signal.getsignal(signal.SIGINT) != sigint:
+        problems.append("SIGINT handler changed")
+        signal.signal(signal.SIGINT, sigint)
+    if torch.get_float32_matmul_precision() != matmul:
+        problems.append("matmul precision changed")
+        torch.set_float32_matmul_precision(matmul)
+    if _originals() != originals:
+        problems.append("Trainer.__init__/fit left patched")
+    if problems:
+        pytest.fail("; ".join(problems))

@@ -1,0 +1,102 @@
+"""RunResult and SweepResult: figures derived from records, tables, serialisation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from speedlab.results import RunResult, SweepResult, empty_records
+
+
+def run(
+    data: list[float],
+    batch: list[float],
+    *,
+    knobs: dict | None = None,
+    warmup: int = 1,
+    samples: int = 10,
+) -> RunResult:
+    records = empty_records()
+    for i, (d, b) in enumerate(zip(data, batch)):
+        records["t"].append(float(i))
+        records["data_time"].append(d)
+        records["batch_time"].append(b)
+        records["wall"].append(d + b)
+        records["samples"].append(samples)
+        records["phase"].append("warmup" if i < warmup else "steady")
+        records["epoch"].append(0)
+    return RunResult(knobs=knobs or {}, records=records)
+
+
+def test_figures_are_steady_state_medians() -> None:
+    r = run([9.0, 0.1, 0.2, 0.3], [9.0, 0.4, 0.5, 0.9])
+    assert r.steps == 4
+    assert r.samples == 40
+    assert r.data_time == pytest.approx(0.2)
+    assert r.batch_time == pytest.approx(0.5)
+    assert r.step_time == pytest.approx(0.7)
+    assert r.data_share == pytest.approx(0.2 / 0.7)
+    # throughput counts the steady steps only: 30 samples over 0.5 + 0.7 + 1.2 seconds
+    assert r.samples_per_s == pytest.approx(30 / 2.4)
+    assert r.data_summary.p10 < r.data_time < r.data_summary.p90
+
+
+def test_no_steady_state_gives_nan_not_zero() -> None:
+    r = run([0.1], [0.1], warmup=5)
+    assert math.isnan(r.data_time) and math.isnan(r.samples_per_s)
+    assert "samples/s" in r.summary_line()
+
+
+def test_round_trip_through_dict_and_json() -> None:
+    r = run([0.1, 0.2, 0.3], [0.3, 0.3, 0.3], knobs={"workers": 2})
+    r.notes.append("a note")
+    r.phases = {"setup": 1.5}
+    back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.to_dict() == r.to_dict()
+    assert back.samples_per_s == r.samples_per_s
+
+
+def test_sweep_speedups_best_and_labels() -> None:
+    base = run([0.2, 0.2, 0.2], [0.2, 0.2, 0.2], knobs={"workers": 0, "preload": "off"})
+    fast = run([0.0, 0.0, 0.0], [0.2, 0.2, 0.2], knobs={"workers": 2, "preload": "off"})
+    failed = RunResult(knobs={"workers": 4, "preload": "off"}, error="RuntimeError: boom")
+    sweep = SweepResult([base, fast, failed], name="workers")
+    assert base.speedup == pytest.approx(1.0)
+    assert fast.speedup == pytest.approx(2.0)
+    assert failed.speedup is None
+    assert sweep.best is fast
+    assert [r.label(sweep.baseline) for r in sweep.runs] == ["baseline", "workers=2", "workers=4"]
+
+
+def test_table_text_html_csv(tmp_path: Path) -> None:
+    base = run([0.2, 0.2, 0.2], [0.2, 0.2, 0.2], knobs={"workers": 0})
+    fast = run([0.0, 0.0, 0.0], [0.2, 0.2, 0.2], knobs={"workers": 2})
+    fast.notes.append("pin_memory=on has no effect without a CUDA GPU")
+    sweep = SweepResult([base, fast])
+    text = str(sweep.table())
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["run", "samples/s", "speedup"]
+    assert lines[2].startswith("baseline") and "1.00x" in lines[2]
+    assert lines[3].startswith("workers=2") and "2.00x" in lines[3]
+    assert "no effect" in text
+    html = sweep._repr_html_()
+    assert html.count("<tr>") == 3 and "workers=2" in html
+    path = sweep.to_csv(tmp_path / "sweep.csv")
+    rows = list(csv.reader(path.open()))
+    assert rows[0][0] == "run" and rows[2][0] == "workers=2" and rows[2][2] == "2.00x"
+    data = json.loads(sweep.to_json())
+    assert [r["knobs"] for r in data["runs"]] == [{"workers": 0}, {"workers": 2}]
+
+
+def test_report_has_medians_spread_and_phases() -> None:
+    r = run([0.01, 0.02, 0.03, 0.04], [0.05] * 4)
+    r.phases = {"setup": 1.0, "steady": 2.0, "validation": 0.0}
+    r.system = {"cpu_percent": 55.0, "peak_rss_bytes": 300e6}
+    text = r.report()
+    assert "data_time     30.00 ms   (p10" in text
+    assert "setup 1.00 s" in text and "validation" not in text
+    assert "peak RSS 300 MB" in text
