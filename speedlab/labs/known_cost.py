@@ -18,11 +18,25 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from typing_extensions import override
 
 
+_SLEEP_SLACK_S = 0.0002  # the OS wakes a sleeper late by about this much; spun instead
+
+
 def busy_wait(seconds: float) -> None:
     """Keep the CPU busy for ``seconds`` (unlike ``time.sleep``, which frees it)."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def exact_sleep(seconds: float) -> None:
+    """Sleep ``seconds`` on the dot: ``time.sleep`` wakes late, so its last moment is spun.
+
+    The CPU stays free for all but ``_SLEEP_SLACK_S`` of the wait, so it still reads as I/O.
+    """
+    end = time.perf_counter() + seconds
+    if seconds > _SLEEP_SLACK_S:
+        time.sleep(seconds - _SLEEP_SLACK_S)
+    busy_wait(end - time.perf_counter())
 
 
 class KnownCostDataset(Dataset):
@@ -74,7 +88,7 @@ class KnownCostDataset(Dataset):
         worker = get_worker_info()
         factor = self.slow_factor if worker is not None and worker.id == self.slow_worker else 1
         if self.sleep_s:
-            time.sleep(self.sleep_s * factor)
+            exact_sleep(self.sleep_s * factor)
         if self.busy_s:
             busy_wait(self.busy_s * factor)
         x = torch.randn(self.features, generator=torch.Generator().manual_seed(i))
