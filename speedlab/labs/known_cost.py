@@ -17,7 +17,6 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from typing_extensions import override
 
-
 _SLEEP_SLACK_S = 0.0002  # the OS wakes a sleeper late by about this much; spun instead
 
 
