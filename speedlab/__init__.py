@@ -28,6 +28,9 @@ _LAZY = {
     "Knobs": "speedlab.knobs",
     "explain": "speedlab.knobs",
     "profile_train": "speedlab.runner",
+    "autotune": "speedlab.autotune",
+    "Finding": "speedlab.doctor",
+    "diagnose": "speedlab.doctor",
     "history": "speedlab.store",
     "lint": "speedlab.lint",
     "LintFinding": "speedlab.lint",
@@ -42,6 +45,8 @@ last: Any = None
 
 if TYPE_CHECKING:
     from speedlab import labs
+    from speedlab.autotune import autotune
+    from speedlab.doctor import Finding, diagnose
     from speedlab.knobs import Knobs, explain
     from speedlab.lint import LintFinding, lint
     from speedlab.probe import SpeedProbe
@@ -55,7 +60,10 @@ def __getattr__(name: str) -> Any:
     if name == "labs":
         return importlib.import_module("speedlab.labs")
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        # Importing speedlab.lint set the package's `lint` to the module: the function wins.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'speedlab' has no attribute {name!r}")
 
 

@@ -15,13 +15,16 @@ import inspect
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from speedlab._compat import is_datamodule, trainer_classes
+from speedlab.distributed import check_fork
 from speedlab.knobs import Knobs
 from speedlab.loaders import rebuild_loader, shutdown_loader
+from speedlab.pipeline import probe_sink
 from speedlab.preload import Preloaded, preload
 from speedlab.probe import SpeedProbe
 
@@ -45,6 +48,19 @@ class FitRecord:
     preload_s: float = 0.0
     model: Any = None
     exception: BaseException | None = None
+
+    def workload(self) -> dict[str, Any]:
+        """What was trained: the model's class and size, and how many training samples it had."""
+        out: dict[str, Any] = {}
+        if self.model is not None:
+            out["model"] = type(self.model).__qualname__
+            out["parameters"] = sum(p.numel() for p in self.model.parameters())
+        loader = getattr(self.trainer, "train_dataloader", None)
+        dataset = getattr(loader, "dataset", None)
+        if dataset is not None and hasattr(dataset, "__len__"):
+            out["dataset"] = type(dataset).__qualname__
+            out["dataset_len"] = len(dataset)
+        return out
 
 
 def resolve_precision(requested: str, notes: list[str]) -> str:
@@ -75,6 +91,16 @@ def _hardware_notes(knobs: Knobs, notes: list[str]) -> None:
         )
 
 
+def restore_sigint(handler: Any) -> None:
+    """Put the SIGINT handler back, from the main thread only.
+
+    Only the main thread may set it, and Lightning changes it only there: a run in a background
+    thread (the panel's) leaves it alone.
+    """
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
+
+
 _QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
 
 
@@ -101,8 +127,7 @@ class _GlobalState:
         import torch
 
         torch.set_float32_matmul_precision(self.matmul)
-        if self.sigint is not None:
-            signal.signal(signal.SIGINT, self.sigint)
+        restore_sigint(self.sigint)
         for key in set(os.environ) - set(self.environ):
             del os.environ[key]
         os.environ.update(self.environ)
@@ -172,7 +197,9 @@ class Intercept:
 
     # -- Trainer(...) -----------------------------------------------------------------------
 
-    def trainer_kwargs(self, kwargs: dict[str, Any], notes: list[str]) -> tuple[dict[str, Any], SpeedProbe]:
+    def trainer_kwargs(
+        self, kwargs: dict[str, Any], notes: list[str]
+    ) -> tuple[dict[str, Any], SpeedProbe]:
         """The user's Trainer arguments with the knobs applied and a SpeedProbe attached."""
         kwargs = dict(kwargs)
         k, c = self.knobs, self.controls
@@ -230,6 +257,7 @@ class Intercept:
             session.active_probe = probe
             preloaded: list[Preloaded] = []
             try:
+                check_fork(trainer)  # ddp_notebook after CUDA: refuse, and say why
                 session._prepare(bound.arguments, record, preloaded)
                 return original(*bound.args, **bound.kwargs)
             except SystemExit:
@@ -241,11 +269,15 @@ class Intercept:
                 record.exception = err
                 raise
             finally:
-                if session._state is not None and session._state.sigint is not None:
-                    signal.signal(signal.SIGINT, session._state.sigint)
+                if session._state is not None:
+                    restore_sigint(session._state.sigint)
                 for item in preloaded:
                     item.cleanup()
                 session._shutdown_trainer_loaders(trainer)
+                if record.model is not None and session.knobs.compile not in (None, "off"):
+                    record.model._compiled_call_impl = (
+                        None  # the user's model runs uncompiled again
+                    )
 
         return fit
 
@@ -254,36 +286,41 @@ class Intercept:
         k = self.knobs
         model = args["model"]
         if k.compile not in (None, "off"):
-            import torch
-
+            # Module.compile compiles forward in place; torch.compile(model) would make Lightning
+            # trace training_step, where self.log breaks the graph. Undone after the fit.
             mode = None if k.compile in ("on", "default") else k.compile
-            model = args["model"] = torch.compile(model, mode=mode)
+            model.compile(mode=mode)
         record.model = getattr(model, "_orig_mod", model)
-        if not (k.workers is not None or k.pin_memory is not None or k.persistent_workers is not None
-                or k.batch_size is not None or k.preload not in (None, "off")):
-            return
+        # Without data knobs the loader is still rebuilt, only to stamp its batches (timeline).
+        data_knobs = (k.workers, k.pin_memory, k.persistent_workers, k.batch_size)
+        stamp_only = all(v is None for v in data_knobs) and k.preload in (None, "off")
         source = args.get("train_dataloaders")
         if is_datamodule(source):
             args["datamodule"], args["train_dataloaders"] = source, None
             source = None
         if source is not None:
-            args["train_dataloaders"] = self._rebuild(source, record, preloaded)
+            args["train_dataloaders"] = self._rebuild(source, record, preloaded, stamp_only)
             return
         owner = args.get("datamodule") or record.model
         original = getattr(owner, "train_dataloader", None)
         if original is None:
-            record.notes.append("No training DataLoader found to apply the data knobs to.")
+            if not stamp_only:
+                record.notes.append("No training DataLoader found to apply the data knobs to.")
             return
 
         def train_dataloader() -> Any:
             owner.__dict__.pop("train_dataloader", None)  # rebuild once; Lightning may call again
-            return self._rebuild(original(), record, preloaded)
+            return self._rebuild(original(), record, preloaded, stamp_only)
 
         owner.train_dataloader = train_dataloader
 
-    def _rebuild(self, loader: Any, record: FitRecord, preloaded: list[Preloaded]) -> Any:
+    def _rebuild(
+        self, loader: Any, record: FitRecord, preloaded: list[Preloaded], stamp_only: bool = False
+    ) -> Any:
         from torch.utils.data import DataLoader
 
+        if stamp_only and type(loader) is not DataLoader:
+            return loader  # the user's own loader class is only replaced when a data knob asks
         if not isinstance(loader, DataLoader):
             record.notes.append(
                 f"The training data is a {type(loader).__name__}, not a DataLoader: the data knobs "
@@ -299,7 +336,14 @@ class Intercept:
             record.notes += item.notes
             dataset = item.dataset
         devices = self.knobs.devices or 1
-        rebuilt = rebuild_loader(loader, self.knobs, dataset=dataset, devices=devices, notes=record.notes)
+        rebuilt = rebuild_loader(
+            loader,
+            self.knobs,
+            dataset=dataset,
+            devices=devices,
+            notes=record.notes,
+            stamps=probe_sink(record.probe),
+        )
         self._loaders.append(rebuilt)
         return rebuilt
 

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import inspect
 import multiprocessing
-import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speedlab.knobs import KnobError, Knobs
+from speedlab.system import usable_cores
+
+if TYPE_CHECKING:
+    from speedlab.pipeline import StampSink
 
 
 class WorkerSetupError(RuntimeError):
     """Workers cannot start on this platform with this dataset; the message says the fix."""
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (cgroup/affinity aware where the OS tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def resolve_workers(value: int | str, devices: int, notes: list[str]) -> int:
@@ -55,8 +50,14 @@ def worker_context(loader_kwargs: dict[str, Any], notes: list[str]) -> Any:
     """
     if loader_kwargs["num_workers"] == 0 or loader_kwargs.get("multiprocessing_context"):
         return loader_kwargs.get("multiprocessing_context")
-    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context()._name
-    user_parts = [loader_kwargs["dataset"], loader_kwargs.get("collate_fn"), loader_kwargs.get("worker_init_fn")]
+    method = (
+        multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context()._name
+    )
+    user_parts = [
+        loader_kwargs["dataset"],
+        loader_kwargs.get("collate_fn"),
+        loader_kwargs.get("worker_init_fn"),
+    ]
     notebook_parts = [p for p in user_parts if defined_in_notebook(p)]
     if method == "fork" or not notebook_parts:
         return None
@@ -74,22 +75,45 @@ def worker_context(loader_kwargs: dict[str, Any], notes: list[str]) -> Any:
     )
 
 
-def rebuild_loader(loader: Any, knobs: Knobs, *, dataset: Any, devices: int, notes: list[str]) -> Any:
-    """A new DataLoader over ``dataset`` with the knobs' workers, pin_memory, persistence, batch."""
+def rebuild_loader(
+    loader: Any,
+    knobs: Knobs,
+    *,
+    dataset: Any,
+    devices: int,
+    notes: list[str],
+    stamps: StampSink | None = None,
+) -> Any:
+    """A new DataLoader over ``dataset`` with the knobs' workers, pin_memory, persistence, batch.
+
+    It is a ``StampedDataLoader``: with ``stamps``, its workers' batch timestamps go there.
+    """
     from torch.utils.data import DataLoader, IterableDataset
 
-    workers = loader.num_workers if knobs.workers is None else resolve_workers(knobs.workers, devices, notes)
-    persistent = loader.persistent_workers if knobs.persistent_workers is None else knobs.persistent_workers
+    from speedlab.pipeline import StampedDataLoader
+
+    workers = (
+        loader.num_workers
+        if knobs.workers is None
+        else resolve_workers(knobs.workers, devices, notes)
+    )
+    persistent = (
+        loader.persistent_workers if knobs.persistent_workers is None else knobs.persistent_workers
+    )
     if persistent and workers == 0:
         persistent = False
-        notes.append("persistent_workers=on does nothing with workers=0: there are no workers to keep.")
+        notes.append(
+            "persistent_workers=on does nothing with workers=0: there are no workers to keep."
+        )
     pin = loader.pin_memory if knobs.pin_memory is None else knobs.pin_memory
     if pin:
         import torch
 
         if not torch.cuda.is_available():
             pin = False
-            notes.append("pin_memory=on has no effect without a CUDA GPU: there is no device copy to speed up.")
+            notes.append(
+                "pin_memory=on has no effect without a CUDA GPU: there is no device copy to speed up."
+            )
     kwargs: dict[str, Any] = {
         "dataset": dataset,
         "num_workers": workers,
@@ -118,7 +142,7 @@ def rebuild_loader(loader: Any, knobs: Knobs, *, dataset: Any, devices: int, not
             kwargs["sampler"] = loader.sampler
     kwargs["multiprocessing_context"] = worker_context(kwargs, notes)
     try:
-        return DataLoader(**kwargs)
+        return StampedDataLoader(**kwargs, stamps=stamps)
     except ValueError as err:
         raise KnobError("workers", workers, f"settings the DataLoader accepts ({err})") from None
 

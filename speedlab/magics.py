@@ -10,19 +10,25 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from speedlab.knobs import KNOBS, KnobError, explain, parse_list, parse_trainer_option
 
-_SUBCOMMANDS = ("history [N]", "explain KNOB", "system")
+_SUBCOMMANDS = ("panel", "doctor", "history [N]", "explain KNOB", "system")
+AUTOTUNE_BUDGET_S = 120.0
 
 
 def _knob_arguments(func: Any) -> Any:
     """One ``--option`` per knob, help from the knob table (so ``%%profile_train?`` lists them)."""
     for spec in reversed(KNOBS.values()):
-        func = argument(f"--{spec.option}", dest=spec.name, metavar="V1,V2", help=f"{spec.allowed}.")(func)
+        func = argument(
+            f"--{spec.option}", dest=spec.name, metavar="V1,V2", help=f"{spec.allowed}."
+        )(func)
     return func
 
 
 @magics_class
 class SpeedlabMagics(Magics):
     """The speedlab magics; registered by ``%load_ext speedlab``."""
+
+    #: The last profiled cell (its training function and options), for ``%speedlab panel``.
+    last_cell: tuple[Any, Any] | None = None
 
     @magic_arguments()
     @_knob_arguments
@@ -35,10 +41,25 @@ class SpeedlabMagics(Magics):
     )
     @argument("--steps", type=int, help="Stop each run after N training steps.")
     @argument("--time", type=float, help="Stop each run after S seconds.")
-    @argument("--warmup", type=int, default=5, help="Steps left out of the steady state (default 5).")
-    @argument("--repeat", type=int, default=1, help="Run every combination R times (median, spread).")
+    @argument(
+        "--warmup", type=int, default=5, help="Steps left out of the steady state (default 5)."
+    )
+    @argument(
+        "--repeat", type=int, default=1, help="Run every combination R times (median, spread)."
+    )
     @argument("--name", help="A label stored with the sweep.")
     @argument("--no-live", action="store_true", help="No live view while training.")
+    @argument(
+        "--panel",
+        action="store_true",
+        help="Show the widget panel for this cell instead of running a sweep.",
+    )
+    @argument(
+        "--autotune",
+        action="store_true",
+        help="Let the doctor search for faster knobs from the cell's own settings "
+        f"(within {AUTOTUNE_BUDGET_S:.0f} s; --steps caps each run).",
+    )
     @argument("-o", dest="output", action="store_true", help="Return the SweepResult.")
     @cell_magic
     def profile_train(self, line: str, cell: str) -> Any:
@@ -62,7 +83,9 @@ class SpeedlabMagics(Magics):
 
         args = parse_argstring(self.profile_train, line)
         if not cell.strip():
-            raise UsageError("%%profile_train needs a cell that builds a Trainer and calls trainer.fit(...).")
+            raise UsageError(
+                "%%profile_train needs a cell that builds a Trainer and calls trainer.fit(...)."
+            )
         try:
             knobs = {
                 name: parse_list(name, getattr(args, name))
@@ -92,7 +115,24 @@ class SpeedlabMagics(Magics):
         def show_error(err: BaseException) -> None:
             shell.showtraceback((type(err), err, user_traceback(err.__traceback__)))
 
-        sweep = run_sweep(train, spec, live=not args.no_live, source=cell, show_error=show_error)
+        self.last_cell = (train, spec)
+        if args.panel:
+            return _show_panel(train, spec)
+        if args.autotune:
+            from speedlab.autotune import autotune
+
+            sweep = autotune(
+                train,
+                budget_s=AUTOTUNE_BUDGET_S,
+                steps=args.steps,
+                repeat=args.repeat,
+                warmup=args.warmup,
+                live=not args.no_live,
+            )
+        else:
+            sweep = run_sweep(
+                train, spec, live=not args.no_live, source=cell, show_error=show_error
+            )
         if args.output:
             return sweep
         from IPython.display import display
@@ -102,9 +142,16 @@ class SpeedlabMagics(Magics):
 
     @line_magic
     def speedlab(self, line: str) -> Any:
-        """``%speedlab history [N]`` · ``%speedlab explain KNOB`` · ``%speedlab system``."""
+        """``%speedlab panel`` · ``doctor`` · ``history [N]`` · ``explain KNOB`` · ``system``."""
         command, _, rest = line.strip().partition(" ")
         rest = rest.strip()
+        if command == "panel" and not rest:
+            if self.last_cell is None:
+                raise UsageError(
+                    "%speedlab panel: no cell profiled yet. Run a %%profile_train cell first, "
+                    "or add --panel to its options."
+                )
+            return _show_panel(*self.last_cell)
         if command == "explain" and rest:
             try:
                 print(explain(rest))
@@ -116,6 +163,17 @@ class SpeedlabMagics(Magics):
             if rest and not rest.isdigit():
                 raise UsageError(f"%speedlab history {rest}: expected a number of runs, e.g. 20.")
             print(format_history(history(int(rest) if rest else 20)))
+        elif command == "doctor" and not rest:
+            import speedlab
+            from speedlab.doctor import diagnose_sweep, next_experiment
+
+            if speedlab.last is None:
+                raise UsageError(
+                    "%speedlab doctor: nothing profiled yet. Run a %%profile_train cell first."
+                )
+            for finding in diagnose_sweep(speedlab.last):
+                print(finding, end="\n\n")
+            print("Try next:\n" + next_experiment(speedlab.last))
         elif command == "system":
             from speedlab.system import format_system_info, system_info
 
@@ -124,3 +182,10 @@ class SpeedlabMagics(Magics):
             raise UsageError(
                 f"%speedlab {line.strip()}: expected one of " + ", ".join(_SUBCOMMANDS) + "."
             )
+
+
+def _show_panel(train: Any, spec: Any) -> None:
+    """The widget panel for a cell, its controls set to the first combination of its options."""
+    from speedlab.panel import show_panel
+
+    show_panel(train, knobs=spec.plan[0], controls=spec.controls, name=spec.name)

@@ -24,6 +24,7 @@ from typing import Any
 from typing_extensions import override
 
 from speedlab._compat import callback_bases
+from speedlab.distributed import RankRecorder
 from speedlab.results import RunResult, empty_records
 from speedlab.system import SystemSampler
 
@@ -111,6 +112,7 @@ class _SpeedProbeCore:
         self._profiler: Any = None
         self._active = False
         self.exception: BaseException | None = None
+        self.distributed = RankRecorder()  # per-rank records, sync time (speedlab.distributed)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -182,7 +184,7 @@ class _SpeedProbeCore:
         if self._cuda is not None:
             self._cuda.resolve(self.records["batch_time"], wait=True)
         self._active = False
-        self._result = self._build_result()
+        self._result = self.distributed.finish(self._build_result(), self.exception)
 
     # -- timing points ----------------------------------------------------------------------
 
@@ -225,6 +227,7 @@ class _SpeedProbeCore:
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
             self._cuda = _CudaTimer()
+        self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         now = _perf()
@@ -260,6 +263,7 @@ class _SpeedProbeCore:
             self._last_loss = loss
         if self._cuda is not None:
             self._cuda.resolve(r["batch_time"])
+        self.distributed.step_end()
         if (index + 1) % self.log_every_n_steps == 0:
             self._log(trainer, index)
 
@@ -271,6 +275,7 @@ class _SpeedProbeCore:
         n = self.log_every_n_steps
         recent = {k: sorted(self.records[k][-n:]) for k in ("data_time", "batch_time")}
         metrics = {f"speedlab/{k}": v[len(v) // 2] for k, v in recent.items()}
+        metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
 
@@ -326,11 +331,16 @@ class _SpeedProbeCore:
 
     @property
     def ran(self) -> bool:
-        """Whether a fit started under this probe."""
-        return self._active or self._result is not None
+        """Whether a fit started under this probe (here, or in rank processes it launched)."""
+        return self._active or self._result is not None or self.distributed.ready()
 
     def result(self) -> RunResult:
-        """The RunResult of the last fit this probe watched (partial if it was interrupted)."""
+        """The RunResult of the last fit this probe watched (partial if it was interrupted).
+
+        After a fork/spawn launch (``ddp_notebook``) the ranks' records are read here.
+        """
+        if not self._active:
+            self._result = self.distributed.collect() or self._result
         if self._result is None:
             if self._active:
                 return self._build_result()

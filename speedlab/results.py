@@ -32,7 +32,8 @@ class RunResult:
     fit started, when the step began waiting for its batch), ``data_time``, ``batch_time``,
     ``wall`` (host wall time of the whole step, validation excluded, so it also holds other
     callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are medians over steps
-    in the ``steady`` phase.
+    in the ``steady`` phase. ``records["pipeline"]``, when present, holds the DataLoader workers'
+    batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.pipeline).
     """
 
     knobs: dict[str, Any] = field(default_factory=dict)
@@ -45,6 +46,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     wall_time: float = 0.0
     device: str = "cpu"
+    workload: dict[str, Any] = field(default_factory=dict)
     speedup: float | None = None
     diagnosis: list[Any] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
@@ -106,7 +108,9 @@ class RunResult:
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates])
         r = self.records
-        return summarize([r["samples"][i] / r["wall"][i] for i in self._steady() if r["wall"][i] > 0])
+        return summarize(
+            [r["samples"][i] / r["wall"][i] for i in self._steady() if r["wall"][i] > 0]
+        )
 
     @property
     def ok(self) -> bool:
@@ -132,7 +136,7 @@ class RunResult:
     def __str__(self) -> str:
         return self.summary_line()
 
-    def _repr_pretty_(self, p, cycle: bool) -> None:  # noqa: ANN001 - IPython's printer
+    def _repr_pretty_(self, p, cycle: bool) -> None:
         p.text(self.report())
 
     def report(self) -> str:
@@ -143,8 +147,7 @@ class RunResult:
             f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
             f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
             f"data share    {fmt(self.data_share, '.0%')}",
-            "phases        "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items() if v > 0),
+            "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items() if v > 0),
         ]
         if self.system:
             lines.append(
@@ -153,6 +156,10 @@ class RunResult:
             )
         if self.final_loss is not None:
             lines.append(f"final loss    {self.final_loss:.4f}")
+        if self.ranks:
+            from speedlab.distributed import rank_table  # lazy: that module imports this one
+
+            lines.append(str(rank_table(self)))
         lines += [f"note: {n}" for n in self.notes]
         if self.error:
             lines.append(f"error: {self.error}")
@@ -186,6 +193,7 @@ class RunResult:
             "notes": self.notes,
             "wall_time": self.wall_time,
             "device": self.device,
+            "workload": self.workload,
             "speedup": self.speedup,
             "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
             "ranks": self.ranks,
@@ -200,7 +208,7 @@ class RunResult:
         """Rebuild a result from ``to_dict()`` output (figures are re-derived from records)."""
         return cls(
             knobs=dict(data.get("knobs", {})),
-            records={k: list(data.get("records", {}).get(k, [])) for k in RECORD_KEYS},
+            records=_records_from_dict(data.get("records", {})),
             phases=dict(data.get("phases", {})),
             system=dict(data.get("system", {})),
             final_loss=data.get("final_loss"),
@@ -209,11 +217,20 @@ class RunResult:
             notes=list(data.get("notes", [])),
             wall_time=data.get("wall_time", 0.0),
             device=data.get("device", "cpu"),
+            workload=dict(data.get("workload", {})),
             speedup=data.get("speedup"),
             diagnosis=list(data.get("diagnosis", [])),
             ranks=list(data.get("ranks", [])),
             replicates=[cls.from_dict(r) for r in data.get("replicates", [])],
         )
+
+
+def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:
+    """The step records, and the worker stamps (``pipeline``, see speedlab.pipeline) if any."""
+    out: dict[str, Any] = {k: list(records.get(k, [])) for k in RECORD_KEYS}
+    if "pipeline" in records:
+        out["pipeline"] = {k: list(v) for k, v in records["pipeline"].items()}
+    return out
 
 
 def _finite(x: float) -> float | None:
@@ -307,7 +324,7 @@ class SweepResult:
     def __str__(self) -> str:
         return "\n".join([str(self.table()), *self.notes])
 
-    def _repr_pretty_(self, p, cycle: bool) -> None:  # noqa: ANN001 - IPython's printer
+    def _repr_pretty_(self, p, cycle: bool) -> None:
         p.text(str(self))
         for finding in self.diagnosis:
             p.break_()
@@ -316,4 +333,3 @@ class SweepResult:
     def _repr_html_(self) -> str:
         findings = "".join(f"<li>{html.escape(str(f))}</li>" for f in self.diagnosis)
         return self.table()._repr_html_() + (f"<ul>{findings}</ul>" if findings else "")
-

@@ -18,6 +18,8 @@ from types import TracebackType
 from typing import Any
 
 import speedlab
+from speedlab.distributed import describe_rank_failure, scaling_notes
+from speedlab.doctor import diagnose, diagnose_sweep
 from speedlab.intercept import Intercept, RunControls
 from speedlab.knobs import KNOBS, KnobError, Knobs, as_list, sweep_plan
 from speedlab.live import LiveView, choose_view
@@ -132,8 +134,10 @@ def run_once(
         result.knobs = knobs.as_dict() | ({"fit": i + 1} if len(session.fits) > 1 else {})
         result.notes = session.notes + fit.notes + result.notes + reaped
         result.phases["preload"] = fit.preload_s
-        if fit.exception is not None:
-            result.error = describe_error(fit.exception)
+        result.workload = fit.workload()
+        result.diagnosis = diagnose(result, lint_findings=_lint(fit.model))
+        if fit.exception is not None:  # the ranks' own account of a failure comes first
+            result.error = result.error or describe_error(fit.exception)
         results.append(result)
     if not results:
         message = (
@@ -149,10 +153,22 @@ def run_once(
     return results, error
 
 
+def _lint(model: Any) -> list[Any]:
+    """The lint of the fitted model, or nothing when its source cannot be read."""
+    from speedlab.lint import LintError, lint
+
+    if model is None:
+        return []
+    try:
+        return lint(model)
+    except (LintError, TypeError):
+        return []
+
+
 def describe_error(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "interrupted"
-    return f"{type(err).__name__}: {err}".strip()
+    return describe_rank_failure(err) or f"{type(err).__name__}: {err}".strip()
 
 
 def merge_replicates(replicates: list[RunResult]) -> RunResult:
@@ -182,6 +198,9 @@ def merge_replicates(replicates: list[RunResult]) -> RunResult:
         + ([f"{len(errors)} of {len(replicates)} repeats failed: {errors[0]}"] if errors else []),
         wall_time=middle.wall_time,
         device=middle.device,
+        workload=middle.workload,
+        ranks=middle.ranks,
+        diagnosis=middle.diagnosis,
         replicates=replicates,
     )
 
@@ -240,6 +259,8 @@ def run_sweep(
         if run_store is not None:
             run_store.close()
     sweep = SweepResult(runs, name=spec.name)
+    scaling_notes(sweep)
+    sweep.diagnosis = diagnose_sweep(sweep)
     if interrupted:
         sweep.notes.append(
             f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept."

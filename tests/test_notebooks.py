@@ -90,6 +90,15 @@ def _compile(f: dict) -> None:
     assert plain == 0 and compiled > 0
 
 
+@lesson(
+    "06_doctor",
+    "{'kinds': [f.kind for f in speedlab.diagnose(tuned.runs[0])], 'best': tuned.best.speedup}",
+)
+def _doctor(f: dict) -> None:
+    assert "io_bound" in f["kinds"]
+    assert f["best"] > 1.5
+
+
 def lesson_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("*.ipynb"))
 

@@ -1,0 +1,88 @@
+"""speedlab.autotune: a real search from the baseline, one knob at a time, within a budget."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+import pytest
+
+import speedlab
+from speedlab.autotune import autotune
+from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.results import SweepResult
+
+QUIET = dict(
+    accelerator="cpu",
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+
+
+def slow_reads() -> None:
+    """Each sample waits 2 ms as if read from slow storage; each step computes 5 ms."""
+    loader = known_cost_loader(n=300, batch_size=8, sleep_s=0.002)
+    pl.Trainer(max_epochs=10, **QUIET).fit(KnownCostModel(step_s=0.005), loader)
+
+
+@pytest.fixture(scope="module")
+def tuned() -> SweepResult:
+    return autotune(slow_reads, budget_s=60, steps=25, store=False)
+
+
+def test_it_starts_from_the_cells_own_settings_and_changes_one_knob_at_a_time(
+    tuned: SweepResult,
+) -> None:
+    knobs = [run.knobs for run in tuned.runs]
+    assert knobs[0] == {}
+    for i, after in enumerate(knobs[1:], start=1):
+        changed = [set(after.items()) ^ set(before.items()) for before in knobs[:i]]
+        assert any(len({k for k, _ in c}) == 1 for c in changed)
+    # The doctor's first remedy for waiting reads: workers (preload comes after, if needed).
+    assert knobs[1] == {"workers": 2}
+
+
+def test_it_keeps_what_helps_and_reports_the_path_with_evidence(tuned: SweepResult) -> None:
+    notes = tuned.notes
+    assert notes[0].startswith("Baseline: ")
+    steps = [n for n in notes if n.startswith("Step ")]
+    assert len(steps) == len(tuned.runs) - 1
+    assert steps[0].startswith("Step 1: io_bound: Each step waits")
+    assert "Tried workers=2" in steps[0] and steps[0].endswith(": kept.")
+    assert all(s.endswith((": kept.", ": dropped.")) for s in steps)
+    [best] = [n for n in notes if n.startswith("Best configuration: ")]
+    assert best.endswith("the baseline (faster).")
+    assert tuned.runs[1].speedup > 1.5
+    assert tuned.diagnosis[0].kind == "verdict"
+    assert speedlab.last is tuned
+
+
+def test_compile_is_not_tried_on_a_small_budget() -> None:
+    def all_compute() -> None:
+        loader = known_cost_loader(n=2000, batch_size=8)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=0.02), loader)
+
+    result = autotune(all_compute, budget_s=60, steps=10, store=False)
+    assert [run.knobs for run in result.runs] == [{}]
+    assert any(n.startswith("Not tried: compile=on (model_bound)") for n in result.notes)
+    assert "Stopped: the doctor has nothing left to try." in result.notes
+
+
+def test_a_spent_budget_leaves_only_the_baseline() -> None:
+    start = time.perf_counter()
+    result = autotune(slow_reads, budget_s=0.01, steps=10, store=False)
+    assert len(result.runs) == 1
+    assert "would not fit in the 0 s budget" in result.notes[-2]
+    assert result.notes[-1].startswith("Best configuration: the cell's own settings")
+    assert time.perf_counter() - start < 30
+
+
+def test_a_failing_cell_stops_after_the_baseline() -> None:
+    def broken() -> None:
+        raise RuntimeError("no data here")
+
+    result = autotune(broken, store=False)
+    assert len(result.runs) == 1 and "no data here" in result.runs[0].error
+    assert "Stopped: the baseline failed." in result.notes

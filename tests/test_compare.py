@@ -1,0 +1,67 @@
+"""speedlab.compare: real runs that differ only by noise, and by a real 2x.
+
+The known-cost workload busy-waits a set time per step, so a batch twice as large is twice the
+samples per second, while two runs of one configuration differ only by the machine's noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import lightning.pytorch as pl
+
+import speedlab
+from speedlab.compare import compare
+from speedlab.doctor import diagnose_sweep
+from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.results import SweepResult
+
+QUIET = dict(
+    accelerator="cpu",
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+
+
+def known_cost(step_s: float = 0.02, **data) -> Callable[[], None]:
+    def train() -> None:
+        loader = known_cost_loader(n=2000, **data)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=step_s), loader)
+
+    return train
+
+
+def profile(train: Callable[[], None], **options) -> SweepResult:
+    return speedlab.profile_train(train, live=False, store=False, **options)
+
+
+def test_two_identical_configurations_are_within_noise() -> None:
+    sweep = profile(known_cost(), workers=[0, 0], steps=12, repeat=3)
+    result = compare(*sweep.runs)
+    assert (result.significant, result.verdict) == (False, "within noise")
+    assert result.a.n == result.b.n == 3  # the replicates, not the steps
+    assert 0.8 < result.speedup < 1.25
+    [verdict] = [f for f in diagnose_sweep(sweep) if f.kind == "verdict"]
+    assert verdict.evidence.startswith("No run beat the baseline beyond noise")
+
+
+def test_a_real_2x_change_is_significant_both_ways() -> None:
+    small, large = profile(known_cost(batch_size=8), batch_size=[8, 16], steps=15).runs
+    faster = compare(small, large)
+    assert (faster.significant, faster.verdict) == (True, "faster")
+    assert 1.5 < faster.speedup < 3
+    assert faster.a.n >= 5  # single runs: their steady steps
+    assert compare(large, small).verdict == "slower"
+    assert str(faster).startswith(f"{faster.speedup:.2f}x, faster (middle halves ")
+    assert any("--repeat 3" in w for w in faster.warnings)
+
+
+def test_a_run_with_a_wide_spread_gets_a_noise_warning() -> None:
+    # One worker of two is six times slower: every other step waits, so step times spread.
+    train = known_cost(step_s=0.005, sleep_s=0.002, slow_worker=1, slow_factor=6)
+    run = profile(train, workers=2, steps=20).baseline
+    result = compare(run, run)
+    assert not result.significant and result.speedup == 1
+    assert any("interquartile range is" in w and "of the median" in w for w in result.warnings)
