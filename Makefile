@@ -42,12 +42,12 @@ browser-deps:
 		fi; }
 
 lint: setup
-	$(VENV)/bin/ruff format --check speedlab tests benchmarks
-	$(VENV)/bin/ruff check speedlab tests benchmarks
+	$(VENV)/bin/ruff format --check speedlab tests benchmarks examples
+	$(VENV)/bin/ruff check speedlab tests benchmarks examples
 
 format: setup
-	$(VENV)/bin/ruff format speedlab tests benchmarks
-	$(VENV)/bin/ruff check --fix speedlab tests benchmarks
+	$(VENV)/bin/ruff format speedlab tests benchmarks examples
+	$(VENV)/bin/ruff check --fix speedlab tests benchmarks examples
 
 test: setup browser-deps lint
 	$(VENV)/bin/pytest
