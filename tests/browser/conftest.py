@@ -91,7 +91,7 @@ def _wait_until_up(url: str, server: subprocess.Popen, log: Path, timeout: float
     pytest.fail(f"JupyterLab did not answer within {timeout} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     home = tmp_path_factory.mktemp("jupyter")
     root = home / "notebooks"
@@ -145,7 +145,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             server.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
