@@ -45,7 +45,7 @@ def _quickstart(f: dict) -> None:
 )
 def _where(f: dict) -> None:
     assert 0.012 < f["data"] < 0.024  # 8 samples x 2 ms
-    assert 0.008 < f["batch"] < 0.016  # a 10 ms step
+    assert 0.009 < f["batch"] < 0.05  # a 10 ms step, more when other processes share the cores
     none, one, two = f["arith"]
     assert one < none / 2 and two < none / 2
     assert f["workers_seen"] == [0, 1]

@@ -6,6 +6,7 @@ import csv
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -33,29 +34,64 @@ def close_to(measured: float, truth: float) -> bool:
     return abs(measured - truth) <= max(0.1 * truth, 0.002)
 
 
+QUIET_CORES = 0.3  # other processes' CPU during a timing test above this: it cannot be judged
+
+
+def skip_if_shared(result) -> None:
+    """Known answers need the machine to ourselves: wall-clock costs stretch when others run."""
+    from speedlab.compare import other_processes_cores
+
+    others = other_processes_cores(result)
+    if others > QUIET_CORES:
+        pytest.skip(f"other processes used {others:.1f} cores during the run")
+
+
+def loader_batch_cost(**loader_kw) -> float:
+    """The true cost of a batch: median time to draw one from the same loader, no Lightning."""
+    times, last = [], time.perf_counter()
+    for i, _ in enumerate(known_cost_loader(n=200, batch_size=8, **loader_kw)):
+        now = time.perf_counter()
+        times.append(now - last)
+        last = now
+        if i == 20:
+            break
+    return statistics.median(times[3:])
+
+
 def test_known_answer_without_workers() -> None:
-    probe = SpeedProbe(warmup=5, sample_system=False)
+    truth = loader_batch_cost(sleep_s=0.002)  # 8 x 2 ms, plus what collating really costs
+    probe = SpeedProbe(warmup=5)
     loader = known_cost_loader(n=4000, batch_size=8, sleep_s=0.002)
     trainer(probe, max_steps=40).fit(KnownCostModel(step_s=0.010), loader)
     result = probe.result()
+    skip_if_shared(result)
+    assert 0.016 <= truth < 0.016 * 1.25
     assert result.steps == 40
-    assert close_to(result.data_time, 8 * 0.002), result.data_time
+    assert close_to(result.data_time, truth), (result.data_time, truth)
     assert close_to(result.batch_time, 0.010), result.batch_time
     assert result.samples == 40 * 8
     assert result.samples_per_s == pytest.approx(8 / result.step_time, rel=0.15)
 
 
-@pytest.mark.parametrize(
-    ("workers", "expected_s"),
-    # each worker makes a batch in 8 x 4 ms = 32 ms while a step takes 10 ms:
-    # the main process waits max(0, 32 / workers - 10) ms per step
-    [(1, 0.022), (2, 0.006), (4, 0.0)],
-)
-def test_workers_hide_data_time_as_arithmetic_predicts(workers: int, expected_s: float) -> None:
-    probe = SpeedProbe(warmup=8, sample_system=False)
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_workers_hide_data_time_as_arithmetic_predicts(workers: int) -> None:
+    # each worker makes a batch in 8 x 4 ms = 32 ms while the main process spends the rest of
+    # its step training: it waits max(0, 32 ms / workers - that rest)
+    probe = SpeedProbe(warmup=8)
     loader = known_cost_loader(n=4000, batch_size=8, sleep_s=0.004, num_workers=workers)
     trainer(probe, max_steps=48).fit(KnownCostModel(step_s=0.010), loader)
-    assert abs(probe.result().data_time - expected_s) <= max(0.15 * expected_s, 0.002)
+    result = probe.result()
+    skip_if_shared(result)
+    r = result.records
+    steady = [i for i, phase in enumerate(r["phase"]) if phase == "steady"]
+    busy = statistics.median(r["wall"][i] - r["data_time"][i] for i in steady)
+    expected = max(0.0, 0.032 / workers - busy)
+    assert abs(result.data_time - expected) <= max(0.15 * expected, 0.003), (
+        result.data_time,
+        expected,
+    )
+    if workers == 4:
+        assert result.data_time < 0.2 * 0.032  # the loading cost is hidden
 
 
 class Validated(KnownCostModel):
