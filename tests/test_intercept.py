@@ -246,10 +246,11 @@ def test_twenty_runs_with_workers_leak_nothing() -> None:
     with Intercept(knobs, RunControls(steps=3)):
         fit_known_cost(steps=3)  # warm imports and caches before counting
     fds, threads = process.num_fds(), threading.active_count()
+    children = {p.pid for p in process.children(recursive=True)}  # e.g. a resource tracker
     for _ in range(20):
         with Intercept(knobs, RunControls(steps=3)):
             fit_known_cost(steps=3)
     assert multiprocessing.active_children() == []
-    assert process.children(recursive=True) == []
+    assert {p.pid for p in process.children(recursive=True)} <= children
     assert process.num_fds() <= fds
     assert threading.active_count() <= threads
