@@ -40,7 +40,9 @@ def batch_size_of(batch: Any) -> int:
         shape = getattr(batch, "shape", None)
         if shape is not None:
             return int(shape[0]) if len(shape) else 1
-        if isinstance(batch, Mapping) and batch:
+        if isinstance(batch, (list, tuple)) and batch:  # the usual case, before slower ABCs
+            batch = batch[0]
+        elif isinstance(batch, Mapping) and batch:
             batch = next(iter(batch.values()))
         elif isinstance(batch, Sequence) and not isinstance(batch, str) and batch:
             batch = batch[0]
@@ -134,6 +136,7 @@ class _SpeedProbeCore:
         self._val_start = 0.0
         self._val_since = 0.0  # validation seconds since the open step started
         self._batch_start = self._batch_end = self._hook_start = 0.0
+        self._batch_samples = 0
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._cuda: _CudaTimer | None = None
@@ -258,7 +261,7 @@ class _SpeedProbeCore:
         r["epoch"].append(self._epoch)
         self._step_open = True
         self._first_in_epoch = False
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        loss = outputs.get("loss") if isinstance(outputs, (dict, Mapping)) else outputs
         if loss is not None:
             self._last_loss = loss
         if self._cuda is not None:

@@ -239,6 +239,11 @@ class _Reader:
         self._children_cpu: dict[psutil.Process, float] = {}
         self._known: dict[int, psutil.Process] = {}
         self._proc_children = _child_pids(self._main.pid) is not None
+        # Children alive before the first reading (a kernel's helpers, another loader's
+        # persistent workers) are not this run's workers: they are left out of every figure.
+        self._before: set[psutil.Process] | None = None
+        self._before_cpu: dict[psutil.Process, float] = {}
+        self._before_reaped_cpu = 0.0
 
     def _descendants(self) -> list[psutil.Process]:
         """The main process's descendants (DataLoader workers and their children).
@@ -269,14 +274,20 @@ class _Reader:
         reaped_cpu = main_times.children_user + main_times.children_system
         rss = self._main.memory_info().rss
         children_cpu: dict[psutil.Process, float] = {}
-        for child in self._descendants():
+        before_cpu: dict[psutil.Process, float] = {}
+        descendants = self._descendants()
+        if self._before is None:
+            self._before = set(descendants)
+        for child in descendants:
             try:
                 with child.oneshot():
                     times = child.cpu_times()
-                    rss += child.memory_info().rss
+                    if child not in self._before:
+                        rss += child.memory_info().rss
             except psutil.Error:
                 continue
-            children_cpu[child] = times.user + times.system
+            owner = before_cpu if child in self._before else children_cpu
+            owner[child] = times.user + times.system
 
         gpu_util, gpu_mem = self._nvml.read()
         torch = _imported_torch()
@@ -294,9 +305,15 @@ class _Reader:
             gpu_util_percent=gpu_util,
             gpu_mem_bytes=gpu_mem if gpu_mem is not None else _torch_gpu_memory(torch),
         )
+        # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.
+        self._before_reaped_cpu += sum(
+            c for p, c in self._before_cpu.items() if p not in before_cpu
+        )
+        reaped_cpu -= self._before_reaped_cpu
         if self._t is not None and t > self._t:
             sample = self._with_cpu(sample, t - self._t, cpu, main_cpu, reaped_cpu, children_cpu)
         self._t, self._cpu, self._main_cpu = t, cpu, main_cpu
+        self._before_cpu = before_cpu
         self._reaped_cpu, self._children_cpu = reaped_cpu, children_cpu
         return sample
 

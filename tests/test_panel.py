@@ -86,13 +86,14 @@ def test_what_a_cpu_cannot_use_is_disabled_with_the_reason() -> None:
 
 def test_run_trains_in_a_background_thread_and_stop_leaves_nothing_behind() -> None:
     threads: list[str] = []
+    before = set(psutil.Process().children(recursive=True))
     panel = Panel(train_fn(threads, epochs=-1), store=False)  # trains until stopped
     assert panel.stop_button.disabled
     thread = panel.run()
     assert thread is not None and thread.name == "speedlab-panel"
     assert panel.run_button.disabled and not panel.stop_button.disabled
     wait_for_steps(panel, 10)
-    children = psutil.Process().children(recursive=True)
+    children = set(psutil.Process().children(recursive=True)) - before
     assert len(children) >= 2  # the run's DataLoader workers
     started = time.monotonic()
     panel.stop()

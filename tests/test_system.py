@@ -113,6 +113,28 @@ def test_rss_includes_a_worker_holding_200_mb() -> None:
     assert sampler.samples[0].rss_bytes < main_rss + 0.5 * nbytes  # before the worker started
 
 
+def test_children_older_than_the_run_are_not_its_workers() -> None:
+    nbytes = 200 * 2**20
+    ready, release = FORK.Event(), FORK.Event()
+    older = FORK.Process(target=hold_memory, args=(nbytes, ready, release))
+    older.start()
+    try:
+        assert ready.wait(30)
+        with SystemSampler(interval_s=60) as sampler:
+            release.set()  # the older child exits and is reaped during the run
+            older.join()
+            worker = FORK.Process(target=burn_cpu, args=(0.3,))
+            worker.start()
+            worker.join()
+        summary = sampler.stop()
+    finally:
+        release.set()
+        older.join()
+    assert summary.peak_workers == 0
+    assert summary.peak_rss_bytes < psutil.Process().memory_info().rss + 0.5 * nbytes
+    assert 0.2 < summary.workers_cpu_percent * summary.duration_s / 100 < 0.5  # the new one only
+
+
 def test_samples_arrive_at_about_4_hz() -> None:
     with SystemSampler() as sampler:
         time.sleep(1.0)

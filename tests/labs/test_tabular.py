@@ -8,6 +8,7 @@ import statistics
 import torch
 
 from speedlab.labs.tabular import MLP, TabularDataModule, make_tabular, tabular_lab
+from speedlab.loaders import shutdown_loader
 
 
 def test_rows_are_deterministic_from_the_seed() -> None:
@@ -48,6 +49,7 @@ def test_two_worker_processes_see_every_row() -> None:
     assert torch.equal(rows, data.val_set.tensors[0])
     rows = torch.cat([x for x, _ in loader])  # a second epoch reuses the workers
     assert torch.equal(rows, data.val_set.tensors[0])
+    shutdown_loader(loader)  # a reference cycle would keep persistent workers until a gc pass
 
 
 def test_default_lab_learns(train) -> None:
