@@ -152,6 +152,11 @@ class Finding:
         return f"[{self.severity}] {self.kind}: {self.evidence} {self.advice}{tried}"
 
 
+def unique_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Each finding once (the same kind on the same evidence), in first-seen order."""
+    return list({(f.kind, f.evidence): f for f in findings}.values())
+
+
 def _order(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (KINDS.index(f.kind), SEVERITIES.index(f.severity)))
 
@@ -797,8 +802,7 @@ def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
             findings += _notebook_traps(run)
     if sweep.best is not None:
         findings += diagnose(sweep.best)
-    unique = list({(f.kind, f.evidence): f for f in findings}.values())
-    return [_verdict(sweep), *_order(unique)]
+    return [_verdict(sweep), *_order(unique_findings(findings))]
 
 
 # -- the next experiment ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any
 import ipywidgets as widgets
 
 import speedlab
+from speedlab.doctor import unique_findings
 from speedlab.intercept import RunControls
 from speedlab.knobs import KNOBS, KnobError, Knobs, explain
 from speedlab.live import NotebookView
@@ -425,7 +426,8 @@ def _help_html(name: str) -> str:
 
 
 def _findings_html(sweep_findings: list[Any], runs: list[RunResult]) -> str:
-    findings = [*sweep_findings, *(f for r in runs for f in r.diagnosis)]
+    # The sweep's findings hold its best run's own: each is shown once.
+    findings = unique_findings([*sweep_findings, *(f for r in runs for f in r.diagnosis)])
     if not findings:
         return ""
     items = "".join(f"<li>{html.escape(str(f))}</li>" for f in findings)

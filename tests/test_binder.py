@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,19 @@ def test_postbuild_generates_the_lesson_datasets(tmp_path: Path) -> None:
     made = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert made == ["shapes-n2000-s128-q85-c4-seed0", "shapes-n2000-s64-q85-c4-seed0"]
     assert all((tmp_path / name / "manifest.json").exists() for name in made)
+
+
+def test_the_readme_badge_launches_this_repository_with_the_quickstart_open() -> None:
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"][
+        "Repository"
+    ]
+    owner_repo = repository.removeprefix("https://github.com/")
+    readme = (ROOT / "README.md").read_text()
+    badge = re.match(
+        r"# speedlab\n\n\[!\[[^]]+\]\(https://mybinder.org/badge_logo.svg\)\]\((\S+)\)", readme
+    )
+    assert badge, "the README starts with the Binder badge"
+    link = badge.group(1)
+    assert link.startswith(f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=lab/tree/")
+    assert (ROOT / link.split("urlpath=lab/tree/")[1]).is_file()
+    assert link.endswith("notebooks/00_quickstart.ipynb")

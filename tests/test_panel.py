@@ -134,6 +134,8 @@ def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
     second = panel.runs[1].result.samples_per_s / panel.reference_rate()
     assert f"{second:.2f}x" in table
     assert re.search(r"±\d+\.\d%", table)  # the noise column
+    shown = re.findall(r"<li>(.*?)</li>", panel.diagnosis.value)
+    assert shown and len(shown) == len(set(shown))  # each finding once
 
 
 @pytest.fixture
