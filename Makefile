@@ -49,11 +49,8 @@ format: setup
 	$(VENV)/bin/ruff format speedlab tests benchmarks examples
 	$(VENV)/bin/ruff check --fix speedlab tests benchmarks examples
 
-# The DDP tests fork rank processes from the test process; after other tests have trained in
-# the same process, a forked rank can hang (issue 7 is open on it), so they run in a fresh one.
 test: setup browser-deps lint
-	$(VENV)/bin/pytest tests/test_distributed.py
-	$(VENV)/bin/pytest --ignore=tests/test_distributed.py
+	$(VENV)/bin/pytest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .speedlab

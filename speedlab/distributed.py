@@ -77,6 +77,29 @@ _CUDA_FORK_MARKERS = (
 )
 
 
+FORKED_RANK_THREADS = (
+    "Each forked rank trains with 1 torch thread: GNU OpenMP, which torch uses on Linux, hangs "
+    "in a process forked after it has run in parallel (GCC bug 60035), as this process may have "
+    "in an earlier cell. On this machine a rank could otherwise use {threads}; to give each rank "
+    "several threads, run the training as a script with strategy='ddp'."
+)
+
+
+def _start_method(trainer: Any) -> str | None:
+    return getattr(getattr(trainer.strategy, "launcher", None), "_start_method", None)
+
+
+def forked_rank_threads_note(trainer: Any) -> str | None:
+    """In the notebook process: the note that forked ranks will train with one thread, when a
+    rank would otherwise have used more (Lightning gives each rank OMP_NUM_THREADS, or the
+    cores divided among the ranks)."""
+    if _start_method(trainer) != "fork":
+        return None
+    ranks = max(1, int(getattr(trainer.strategy, "num_processes", 1)))
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // ranks))
+    return FORKED_RANK_THREADS.format(threads=threads) if threads > 1 else None
+
+
 class CudaBeforeForkError(RuntimeError):
     """A fork-based strategy was about to start after CUDA was initialised in this process."""
 
@@ -88,7 +111,7 @@ def check_fork(trainer: Any, *, cuda_initialized: Callable[[], bool] | None = No
     what to do, where Lightning's own check stops at "can't create new processes".
     ``cuda_initialized`` defaults to ``torch.cuda.is_initialized``.
     """
-    method = getattr(getattr(trainer.strategy, "launcher", None), "_start_method", None)
+    method = _start_method(trainer)
     if method not in ("fork", "forkserver"):
         return
     if cuda_initialized is None:
@@ -375,6 +398,16 @@ class RankRecorder:
     def in_child(self) -> bool:
         """Whether this is a rank process launched by the process that built the probe."""
         return os.getpid() != self.owner_pid
+
+    def one_thread_if_forked(self, trainer: Any) -> None:
+        """In a rank forked from the process that built the probe, before any training op:
+        one torch thread (see ``FORKED_RANK_THREADS``). Spawned ranks start afresh and keep
+        theirs."""
+        if self.in_child and _start_method(trainer) == "fork":
+            import torch
+
+            if torch.get_num_threads() > 1:
+                torch.set_num_threads(1)
 
     def start(self, trainer: Any, fail: Callable[[BaseException | None], None]) -> None:
         """On train start: learn the rank, and time gradient sync when there are several.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speedlab._compat import is_datamodule, trainer_classes
-from speedlab.distributed import check_fork
+from speedlab.distributed import check_fork, forked_rank_threads_note
 from speedlab.knobs import Knobs
 from speedlab.loaders import rebuild_loader, shutdown_loader
 from speedlab.pipeline import probe_sink
@@ -258,6 +258,9 @@ class Intercept:
             preloaded: list[Preloaded] = []
             try:
                 check_fork(trainer)  # ddp_notebook after CUDA: refuse, and say why
+                threads_note = forked_rank_threads_note(trainer)
+                if threads_note is not None:
+                    record.notes.append(threads_note)
                 session._prepare(bound.arguments, record, preloaded)
                 return original(*bound.args, **bound.kwargs)
             except SystemExit:

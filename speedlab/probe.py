@@ -217,6 +217,7 @@ class _SpeedProbeCore:
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
+        self.distributed.one_thread_if_forked(trainer)
         self._reset(trainer, pl_module)
         self._attach_profiler(trainer)
         if self.sample_system:

@@ -102,7 +102,8 @@ def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell) -> Non
         assert len(entry["records"]["sync_time"]) == 30 and entry["sync_time"] > 0
     # the job: every rank's samples, times from the slowest rank
     assert two.samples == sum(e["samples"] for e in two.ranks) == 2 * 30 * 8
-    assert two.samples_per_s == pytest.approx(sum(e["samples_per_s"] for e in two.ranks), rel=0.1)
+    # ranks in step (one all-reduce a step): the job rate is about the sum of the ranks' rates
+    assert two.samples_per_s == pytest.approx(sum(e["samples_per_s"] for e in two.ranks), rel=0.2)
     slow = slowest_rank(two.ranks)
     assert (two.data_time, two.batch_time) == (slow["data_time"], slow["batch_time"])
     assert any("slowest" in n for n in two.notes) and any("all-reduce" in n for n in two.notes)
@@ -112,6 +113,25 @@ def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell) -> Non
     assert any(n.startswith("scaling: 2 processes") for n in two.notes)
     assert any(f"share {usable_cores()} cores" in n for n in sweep.notes)
     assert "per rank" in two.report()
+    assert descendants() == []
+
+
+@pytest.mark.timeout(180)
+def test_ranks_forked_after_parallel_work_in_the_notebook_do_not_hang(shell, monkeypatch) -> None:
+    # GNU OpenMP hangs in a child forked after the parent ran a parallel region, at the child's
+    # first parallel op, unless the child uses one thread. OMP_NUM_THREADS=2 stops Lightning
+    # from lowering the ranks' threads itself: without speedlab's fix this cell never ends.
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    shell.run_cell(
+        "import torch; torch.set_num_threads(2); torch.ones(512, 512) @ torch.ones(512, 512)"
+    )
+    sweep = shell.run_cell_magic(
+        "profile_train", "--devices 2 --strategy ddp_notebook --steps 20 -o", CELL.format(slow=None)
+    )
+    run = sweep.runs[0]
+    assert run.ok, run.error
+    assert [e["steps"] for e in run.ranks] == [20, 20]
+    assert any("Each forked rank trains with 1 torch thread" in n for n in run.notes)
     assert descendants() == []
 
 
