@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -77,14 +78,18 @@ def shell(tmp_path, monkeypatch):
     InteractiveShell.clear_instance()
 
 
-def descendants() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+@pytest.fixture
+def descendants() -> Callable[[], list[psutil.Process]]:
+    """This process's children born during the test and still alive; older ones (such as
+    multiprocessing's resource tracker) are not the test's."""
+    older = set(psutil.Process().children(recursive=True))
+    return lambda: [p for p in psutil.Process().children(recursive=True) if p not in older]
 
 
 # -- real DDP from a notebook cell --------------------------------------------------------------
 
 
-def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell) -> None:
+def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell, descendants) -> None:
     sweep = shell.run_cell_magic(
         "profile_train",
         "--devices 1,2 --strategy ddp_notebook --steps 30 -o",
@@ -117,7 +122,9 @@ def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell) -> Non
 
 
 @pytest.mark.timeout(180)
-def test_ranks_forked_after_parallel_work_in_the_notebook_do_not_hang(shell, monkeypatch) -> None:
+def test_ranks_forked_after_parallel_work_in_the_notebook_do_not_hang(
+    shell, monkeypatch, descendants
+) -> None:
     # GNU OpenMP hangs in a child forked after the parent ran a parallel region, at the child's
     # first parallel op, unless the child uses one thread. OMP_NUM_THREADS=2 stops Lightning
     # from lowering the ranks' threads itself: without speedlab's fix this cell never ends.
@@ -152,7 +159,7 @@ def test_a_rank_with_a_slow_data_loader_is_named_a_straggler(shell) -> None:
 
 
 def test_a_failing_rank_is_a_clear_error_leaves_nothing_and_the_next_run_works(
-    shell, capsys
+    shell, capsys, descendants
 ) -> None:
     sweep = shell.run_cell_magic(
         "profile_train", "--devices 2 --strategy ddp_notebook -o", FAILING_CELL
