@@ -222,12 +222,14 @@ def loader_busy(run: RunResult) -> float | None:
 
     With workers: their measured CPU over the cores they could use (a worker runs one torch
     thread), per second spent making batches when their stamps say how long that was. Without
-    workers the main process loads between steps and its CPU time is split.
-    On a CPU, the step computes on torch's threads (``torch_threads``, at most the cores), and
-    while the main thread loads or waits for data, torch's other threads keep spinning (OpenMP
-    waits actively), so they count as busy too; loading's share is what is left. On a GPU the
-    step keeps one core busy. Both assume the run had the cores to itself: when other processes
-    take CPU, the main process gets less and loading looks idler than it was.
+    workers the main process loads between steps, in the training thread: where the sampler
+    measured that thread's CPU, loading is what it used beyond the compute part of the step.
+    Otherwise the process's CPU is split by a model: on a CPU, the step computes on torch's
+    threads (``torch_threads``, at most the cores), and while the main thread loads or waits,
+    torch's other threads are taken to spin (OpenMP waits actively for a while), so they count
+    as busy; loading's share is what is left. On a GPU the step keeps one core busy. All three
+    assume the run had the cores to itself: when other processes take CPU, the main process
+    gets less and loading looks idler than it was.
     """
     s = run.system
     if s.get("main_cpu_percent") is None:
@@ -240,6 +242,11 @@ def loader_busy(run: RunResult) -> float | None:
     share = run.data_share
     if not share > 0:
         return None
+    thread = s.get("train_thread_cpu_percent")
+    if thread is not None:
+        # The training thread is busy all through the compute part of the step; what it
+        # used beyond that went to loading.
+        return min(max((thread / 100 - (1 - share)) / share, 0.0), 1.0)
     main = s["main_cpu_percent"] / 100
     if run.device == "cpu":
         threads = min(_threads(run), cores)
@@ -302,6 +309,12 @@ def _data_bound(run: RunResult) -> list[Finding]:
             "together"
             + (f" while making batches {making:.0%} of the time" if making is not None else "")
             + f": each kept about {busy:.0%} of a core busy"
+        )
+    elif run.system.get("train_thread_cpu_percent") is not None:
+        who = (
+            "Loading runs in the training thread (workers=0), which was busy "
+            f"{run.system['train_thread_cpu_percent']:.0f}% of the time: loading kept it busy "
+            f"about {busy:.0%} of its data wait"
         )
     else:
         who = (

@@ -30,6 +30,8 @@ from typing import Any
 
 import psutil
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 SHM_PATH = "/dev/shm"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -54,6 +56,8 @@ class SystemSample:
     torch_threads: int | None  # None unless torch is imported
     gpu_util_percent: float | None  # mean over the visible GPUs (NVML)
     gpu_mem_bytes: int | None  # device memory in use (NVML), else torch's reserved bytes
+    # The thread that started the sampler (the one that trains), where the OS reports it
+    train_thread_cpu_percent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class SystemSummary:
     torch_threads: int | None
     gpu_util_percent: float | None  # None without a GPU
     gpu_mem_peak_bytes: int | None
+    train_thread_cpu_percent: float | None = None  # None where the OS does not report it
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -109,7 +114,7 @@ class SystemSampler:
         """Take the first sample and start the sampling thread. A sampler runs once."""
         if self._reader is not None:
             raise RuntimeError("SystemSampler.start() was already called; use a new sampler")
-        self._reader = _Reader()
+        self._reader = _Reader(threading.get_native_id())
         self._add(self._reader.read())
         self._thread = threading.Thread(
             target=self._loop, args=(self._reader,), name="speedlab-system-sampler", daemon=True
@@ -183,6 +188,7 @@ def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
     gpu_mems = [s.gpu_mem_bytes for s in samples if s.gpu_mem_bytes is not None]
     shms = [s.shm_used_bytes for s in samples if s.shm_used_bytes is not None]
     threads = [s.torch_threads for s in samples if s.torch_threads is not None]
+    has_thread = bool(timed) and all(s.train_thread_cpu_percent is not None for _, s in timed)
     return SystemSummary(
         cores=cores,
         samples=len(samples),
@@ -200,7 +206,19 @@ def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
         torch_threads=threads[-1] if threads else None,
         gpu_util_percent=fmean(gpu_utils) if gpu_utils else None,
         gpu_mem_peak_bytes=max(gpu_mems) if gpu_mems else None,
+        train_thread_cpu_percent=(
+            weighted(lambda s: s.train_thread_cpu_percent or 0.0) if has_thread else None
+        ),
     )
+
+
+def _thread_cpu_s(stat: Path) -> float | None:
+    """A thread's CPU seconds (user + system) from /proc; None where there is no such file."""
+    try:
+        fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime: fields 14, 15
 
 
 def _child_pids(pid: int) -> list[int] | None:
@@ -228,8 +246,10 @@ class _Reader:
     whose "since the last call" state is global and shared with any other caller.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, train_thread: int) -> None:
         self._main = psutil.Process(os.getpid())
+        self._thread_stat = Path(f"/proc/self/task/{train_thread}/stat")
+        self._thread_cpu: float | None = None
         self._nvml = _Nvml()
         self._t: float | None = None
         self._cpu: list[Any] = []
@@ -270,6 +290,7 @@ class _Reader:
         cpu = psutil.cpu_times(percpu=True)
         main_times = self._main.cpu_times()
         main_cpu = main_times.user + main_times.system
+        thread_cpu = _thread_cpu_s(self._thread_stat)
         # CPU time of children that have exited and been waited for lands here.
         reaped_cpu = main_times.children_user + main_times.children_system
         rss = self._main.memory_info().rss
@@ -312,7 +333,11 @@ class _Reader:
         reaped_cpu -= self._before_reaped_cpu
         if self._t is not None and t > self._t:
             sample = self._with_cpu(sample, t - self._t, cpu, main_cpu, reaped_cpu, children_cpu)
+            if thread_cpu is not None and self._thread_cpu is not None:
+                busy = max(0.0, thread_cpu - self._thread_cpu)
+                sample = replace(sample, train_thread_cpu_percent=100.0 * busy / (t - self._t))
         self._t, self._cpu, self._main_cpu = t, cpu, main_cpu
+        self._thread_cpu = thread_cpu
         self._before_cpu = before_cpu
         self._reaped_cpu, self._children_cpu = reaped_cpu, children_cpu
         return sample

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -133,6 +134,46 @@ def test_children_older_than_the_run_are_not_its_workers() -> None:
     assert summary.peak_workers == 0
     assert summary.peak_rss_bytes < psutil.Process().memory_info().rss + 0.5 * nbytes
     assert 0.2 < summary.workers_cpu_percent * summary.duration_s / 100 < 0.5  # the new one only
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_training_threads_own_cpu_is_measured(busy: bool) -> None:
+    # A thread that starts the sampler and then spins (or sleeps) while another thread of the
+    # process hashes (without the GIL): only its own CPU counts as the training thread's.
+    other_stop = threading.Event()
+    block = bytes(4 * 2**20)
+
+    def hash_until_stopped() -> None:
+        while not other_stop.is_set():
+            hashlib.sha256(block).digest()
+
+    other = threading.Thread(target=hash_until_stopped)
+    results: list[SystemSummary] = []
+
+    def train() -> None:
+        with SystemSampler() as sampler:
+            end = time.perf_counter() + 0.8
+            while time.perf_counter() < end:
+                if not busy:
+                    time.sleep(0.01)
+        results.append(sampler.stop())
+
+    other.start()
+    try:
+        worker = threading.Thread(target=train)
+        worker.start()
+        worker.join()
+    finally:
+        other_stop.set()
+        other.join()
+    (summary,) = results
+    if summary.train_thread_cpu_percent is None:
+        pytest.skip("the OS does not report a thread's CPU time")
+    if busy:
+        assert summary.train_thread_cpu_percent > 60
+    else:
+        assert summary.train_thread_cpu_percent < 20
+        assert summary.main_cpu_percent > 40  # the other thread's spinning is the process's
 
 
 def test_samples_arrive_at_about_4_hz() -> None:

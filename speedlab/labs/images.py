@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 from torch import nn
-from torch.nn import functional as F
 from torch.utils.data import Dataset
 from typing_extensions import override
 
@@ -254,11 +253,21 @@ class ShapesDataset(Dataset):
         return self.labels[i]
 
     def transform(self, image: Image.Image) -> torch.Tensor:
-        """Float tensor (3, H, W), normalised; randomly augmented when ``augment`` is set."""
-        x = torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).float() / 255
+        """Float tensor (3, H, W), normalised; randomly augmented when ``augment`` is set.
+
+        The augmentation works on the 8-bit pixels in numpy and converts once: a dozen torch
+        calls on one small image would cost more than the arithmetic itself.
+        """
+        pixels = np.array(image, dtype=np.uint8)  # a writable copy: torch tensors need one
+        brightness = 1.0
         if self.augment:
-            x = _augment(x)
-        return (x - _MEAN) / _STD
+            pixels, brightness = _augment(pixels)
+        x = torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1).float()
+        if brightness != 1.0:
+            x.mul_(brightness / 255).clamp_(0.0, 1.0)
+        else:
+            x.div_(255)
+        return x.sub_(_MEAN).div_(_STD)
 
     def relocate(self, new_root: Path) -> None:
         """Point every file at the same relative path under ``new_root`` (e.g. a RAM copy)."""
@@ -267,15 +276,18 @@ class ShapesDataset(Dataset):
         self.root = new_root
 
 
-def _augment(x: torch.Tensor) -> torch.Tensor:
+def _augment(pixels: np.ndarray) -> tuple[np.ndarray, float]:
+    """A random flip and a shift by up to 1/16 of the size (edges repeated) of (H, W, 3)
+    pixels, and a brightness factor in [0.75, 1.25] to apply after conversion."""
     # torch's generator, not numpy's: DataLoader seeds it differently in every worker.
-    if torch.rand(()) < 0.5:
-        x = x.flip(-1)
-    height, width = x.shape[-2:]
+    flip, shift_y, shift_x, brightness = torch.rand(4).tolist()
+    height, width = pixels.shape[:2]
     pad = max(1, width // 16)
-    dy, dx = torch.randint(0, 2 * pad + 1, (2,)).tolist()
-    x = F.pad(x, (pad, pad, pad, pad), mode="replicate")[:, dy : dy + height, dx : dx + width]
-    return (x * torch.empty(()).uniform_(0.75, 1.25)).clamp(0.0, 1.0)
+    rows = np.clip(np.arange(height) + int(shift_y * (2 * pad + 1)) - pad, 0, height - 1)
+    cols = np.clip(np.arange(width) + int(shift_x * (2 * pad + 1)) - pad, 0, width - 1)
+    if flip < 0.5:
+        cols = cols[::-1]
+    return pixels.take(rows, axis=0).take(cols, axis=1), 0.75 + 0.5 * brightness
 
 
 class ShapesDataModule(LabDataModule):

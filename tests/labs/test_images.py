@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 import speedlab.labs
@@ -173,6 +174,24 @@ def test_load_is_deterministic_and_augmentation_random(small: Path) -> None:
     assert torch.allclose(plain.transform(image), expected)
     assert torch.equal(plain[5][0], expected)
     assert plain[5][1] == plain.label(5) == 1
+
+
+def test_augmentation_is_the_documented_flip_shift_and_brightness(small: Path) -> None:
+    data = ShapesDataset(small, augment=True)
+    image = data.load(5)
+    pixels = torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255
+    pad = 32 // 16
+    padded = F.pad(pixels[None], (pad, pad, pad, pad), mode="replicate")[0]
+    for seed in range(12):
+        torch.manual_seed(seed)
+        flip, shift_y, shift_x, brightness = torch.rand(4).tolist()
+        dy, dx = int(shift_y * (2 * pad + 1)), int(shift_x * (2 * pad + 1))
+        expected = padded[:, dy : dy + 32, dx : dx + 32]
+        if flip < 0.5:
+            expected = expected.flip(-1)
+        expected = (expected * (0.75 + 0.5 * brightness)).clamp(0.0, 1.0)
+        torch.manual_seed(seed)
+        assert torch.allclose(data.transform(image) * 0.25 + 0.5, expected, atol=1e-5), seed
 
 
 def test_relocate_reads_from_the_new_root(small: Path, tmp_path: Path) -> None:
