@@ -128,7 +128,7 @@ def test_more_workers_bring_the_wait_toward_zero() -> None:
     four, _ = steady_waits(workers=4)
     assert one > 0.015
     assert two < 0.5 * one
-    assert four < 0.2 * 0.032  # the loading cost is hidden
+    assert four < 0.4 * one  # the loading cost is hidden; the hand-over is not
 
 
 class Validated(KnownCostModel):
