@@ -444,7 +444,7 @@ def _oversubscribed(run: RunResult) -> list[Finding]:
     used = run.system.get("workers_cpu_percent", 0.0) / 100
     evidence = (
         f"{workers} worker(s) + {threads} torch thread(s) (torch.get_num_threads()) = "
-        f"{workers + threads} threads on {cores} cores; the workers used {used:.1f} cores and "
+        f"{workers + threads} threads on {cores} cores; the workers used {used:.2f} cores and "
         f"batch_time is {_ms(run.batch_time)}."
     )
     advice = (

@@ -221,7 +221,7 @@ def test_preload_shm_copies_and_removes(lab_cache: Path) -> None:
         assert str(moved.files[0]).startswith("/dev/shm/speedlab-")
         assert moved.files[0].read_bytes() == dataset.files[0].read_bytes()
         assert dataset.files[0].parent.parent == dataset.root  # the original still points at disk
-        assert moved.load(0).size == (32, 32)
+        assert moved.load(0).shape == (32, 32, 3)
     finally:
         loaded.cleanup()
     assert not Path(moved.root).exists()

@@ -6,6 +6,7 @@ augmenting on the CPU are what DataLoader workers, preloading and slow storage c
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -195,7 +196,8 @@ class ShapesDataset(Dataset):
     """The images of a ``make_shapes`` folder, decoded and augmented on the CPU.
 
     Decoding (``load``) and augmentation (``transform``) are separate steps so that each can
-    be timed, cached or moved on its own. ``files`` lists the JPEG paths in index order;
+    be timed, cached or moved on its own. A DataLoader fetches whole batches through
+    ``__getitems__``, which augments them together (``transform_batch``, same result per image). ``files`` lists the JPEG paths in index order;
     ``relocate`` points them at a copy of the folder, and ``opener`` (a picklable callable
     taking a path, returning a binary file) may be replaced, e.g. to throttle reads.
 
@@ -242,32 +244,45 @@ class ShapesDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         return self.transform(self.load(i)), self.label(i)
 
-    def load(self, i: int) -> Image.Image:
-        """Open and decode image ``i`` (RGB, pixels read, file closed)."""
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
+        """The samples at ``indices``, augmented together (a DataLoader fetches batches so)."""
+        batch = self.transform_batch(np.stack([self.load(i) for i in indices]))
+        return list(zip(batch.unbind(0), map(self.label, indices), strict=True))
+
+    def load(self, i: int) -> np.ndarray:
+        """Open and decode image ``i``: its RGB pixels as an (H, W, 3) uint8 array."""
         with self.opener(self.files[i]) as file, Image.open(file, formats=["JPEG"]) as image:
-            image.load()
-            return image.convert("RGB")
+            return np.array(image.convert("RGB"))
 
     def label(self, i: int) -> int:
         """The class index of image ``i``."""
         return self.labels[i]
 
-    def transform(self, image: Image.Image) -> torch.Tensor:
-        """Float tensor (3, H, W), normalised; randomly augmented when ``augment`` is set.
+    def transform(self, pixels: np.ndarray) -> torch.Tensor:
+        """Float tensor (3, H, W) of (H, W, 3) 8-bit pixels, normalised; randomly augmented
+        when ``augment`` is set."""
+        return self.transform_batch(pixels[None])[0]
 
-        The augmentation works on the 8-bit pixels in numpy and converts once: a dozen torch
-        calls on one small image would cost more than the arithmetic itself.
+    def transform_batch(self, pixels: np.ndarray) -> torch.Tensor:
+        """``transform`` of each of (B, H, W, 3) 8-bit pixels, each with its own random draws:
+        a float tensor (B, 3, H, W).
+
+        The flip and shift are one gather of pixel indices and brightness plus normalisation
+        three arithmetic passes, all over the whole batch: done image by image, the calls
+        would cost several times the arithmetic.
         """
-        pixels = np.array(image, dtype=np.uint8)  # a writable copy: torch tensors need one
-        brightness = 1.0
-        if self.augment:
-            pixels, brightness = _augment(pixels)
-        x = torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1).float()
-        if brightness != 1.0:
-            x.mul_(brightness / 255).clamp_(0.0, 1.0)
-        else:
-            x.div_(255)
-        return x.sub_(_MEAN).div_(_STD)
+        x = torch.from_numpy(np.ascontiguousarray(pixels))
+        n, height, width, _ = x.shape
+        if not self.augment:
+            x = x.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+            return x.mul_(1 / (255 * _STD)).sub_(_MEAN / _STD)
+        rows, cols, brightness = _augment(n, height, width)
+        # Each output value's flat index in its (H, W, 3) image, in (3, H, W) order.
+        index = rows[:, None, :, None] * (width * 3) + cols[:, None, None, :] * 3 + _CHANNELS
+        x = x.reshape(n, -1).gather(1, index.reshape(n, -1)).view(n, 3, height, width).float()
+        scale = (brightness / (255 * _STD)).view(n, 1, 1, 1)
+        # (min(level * brightness / 255, 1) - mean) / std; the scaled level is never below 0.
+        return x.mul_(scale).clamp_(max=1 / _STD).sub_(_MEAN / _STD)
 
     def relocate(self, new_root: Path) -> None:
         """Point every file at the same relative path under ``new_root`` (e.g. a RAM copy)."""
@@ -276,18 +291,28 @@ class ShapesDataset(Dataset):
         self.root = new_root
 
 
-def _augment(pixels: np.ndarray) -> tuple[np.ndarray, float]:
-    """A random flip and a shift by up to 1/16 of the size (edges repeated) of (H, W, 3)
-    pixels, and a brightness factor in [0.75, 1.25] to apply after conversion."""
+_CHANNELS = torch.arange(3).view(1, 3, 1, 1)
+
+
+def _augment(n: int, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each of ``n`` images, a random flip and a shift by up to 1/16 of the size (edges
+    repeated), as the rows (n, H) and columns (n, W) to read, and a brightness factor in
+    [0.75, 1.25] (n,)."""
     # torch's generator, not numpy's: DataLoader seeds it differently in every worker.
-    flip, shift_y, shift_x, brightness = torch.rand(4).tolist()
-    height, width = pixels.shape[:2]
+    flip, shift_y, shift_x, brightness = torch.rand(n, 4).unbind(1)
     pad = max(1, width // 16)
-    rows = np.clip(np.arange(height) + int(shift_y * (2 * pad + 1)) - pad, 0, height - 1)
-    cols = np.clip(np.arange(width) + int(shift_x * (2 * pad + 1)) - pad, 0, width - 1)
-    if flip < 0.5:
-        cols = cols[::-1]
-    return pixels.take(rows, axis=0).take(cols, axis=1), 0.75 + 0.5 * brightness
+    rows = (shift_y * (2 * pad + 1)).long()[:, None] + torch.arange(height)
+    cols = (shift_x * (2 * pad + 1)).long()[:, None] + torch.arange(width)
+    cols = _edge_index(width, pad)[cols]
+    cols = torch.where((flip < 0.5)[:, None], cols.flip(1), cols)
+    return _edge_index(height, pad)[rows], cols, 0.75 + 0.5 * brightness
+
+
+@functools.cache
+def _edge_index(n: int, pad: int) -> torch.Tensor:
+    """Indices -pad .. n+pad-1 clipped to 0 .. n-1: n of them in a row shift by up to ``pad``
+    with the edges repeated."""
+    return torch.arange(-pad, n + pad).clamp_(0, n - 1)
 
 
 class ShapesDataModule(LabDataModule):

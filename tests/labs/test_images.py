@@ -162,7 +162,7 @@ def test_dataset_needs_a_finished_folder(tmp_path: Path) -> None:
 def test_load_is_deterministic_and_augmentation_random(small: Path) -> None:
     data = ShapesDataset(small, augment=True)
     image = data.load(5)
-    assert (image.mode, image.size) == ("RGB", (32, 32))
+    assert (image.dtype, image.shape) == (np.uint8, (32, 32, 3))
     assert data.load(5).tobytes() == image.tobytes()
     torch.manual_seed(0)
     augmented = [data.transform(image) for _ in range(20)]
@@ -171,27 +171,51 @@ def test_load_is_deterministic_and_augmentation_random(small: Path) -> None:
 
     plain = ShapesDataset(small, augment=False)
     expected = (torch.from_numpy(np.array(image)).permute(2, 0, 1) / 255 - 0.5) / 0.25
-    assert torch.allclose(plain.transform(image), expected)
-    assert torch.equal(plain[5][0], expected)
+    assert torch.allclose(plain.transform(image), expected, atol=1e-6)
+    assert torch.equal(plain[5][0], plain.transform(image))
     assert plain[5][1] == plain.label(5) == 1
+
+
+def documented_augmentation(pixels: np.ndarray, draws: list[float]) -> torch.Tensor:
+    """The docstring's augmentation of (H, W, 3) pixels from four uniform draws, in [0, 1]."""
+    flip, shift_y, shift_x, brightness = draws
+    size = pixels.shape[1]
+    image = torch.from_numpy(np.array(pixels)).permute(2, 0, 1).float() / 255
+    pad = size // 16
+    padded = F.pad(image[None], (pad, pad, pad, pad), mode="replicate")[0]
+    dy, dx = int(shift_y * (2 * pad + 1)), int(shift_x * (2 * pad + 1))
+    expected = padded[:, dy : dy + size, dx : dx + size]
+    if flip < 0.5:
+        expected = expected.flip(-1)
+    return (expected * (0.75 + 0.5 * brightness)).clamp(0.0, 1.0)
 
 
 def test_augmentation_is_the_documented_flip_shift_and_brightness(small: Path) -> None:
     data = ShapesDataset(small, augment=True)
     image = data.load(5)
-    pixels = torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255
-    pad = 32 // 16
-    padded = F.pad(pixels[None], (pad, pad, pad, pad), mode="replicate")[0]
     for seed in range(12):
         torch.manual_seed(seed)
-        flip, shift_y, shift_x, brightness = torch.rand(4).tolist()
-        dy, dx = int(shift_y * (2 * pad + 1)), int(shift_x * (2 * pad + 1))
-        expected = padded[:, dy : dy + 32, dx : dx + 32]
-        if flip < 0.5:
-            expected = expected.flip(-1)
-        expected = (expected * (0.75 + 0.5 * brightness)).clamp(0.0, 1.0)
+        expected = documented_augmentation(image, torch.rand(4).tolist())
         torch.manual_seed(seed)
         assert torch.allclose(data.transform(image) * 0.25 + 0.5, expected, atol=1e-5), seed
+
+
+def test_a_batch_is_augmented_image_by_image_with_its_own_draws(small: Path) -> None:
+    data = ShapesDataset(small, augment=True)
+    indices = [3, 0, 17, 3, 9, 30, 3, 21]
+    torch.manual_seed(1)
+    draws = torch.rand(len(indices), 4).tolist()
+    torch.manual_seed(1)
+    batch = data.__getitems__(indices)
+    assert [label for _, label in batch] == [data.label(i) for i in indices]
+    for (x, _), i, draw in zip(batch, indices, draws, strict=True):
+        expected = documented_augmentation(data.load(i), draw)
+        assert torch.allclose(x * 0.25 + 0.5, expected, atol=1e-5), i
+    same_image = [x for (x, _), i in zip(batch, indices, strict=True) if i == 3]
+    assert not torch.equal(same_image[0], same_image[1])  # three draws for image 3
+    loader = DataLoader(data, batch_size=8)  # the DataLoader fetches through __getitems__
+    x, y = next(iter(loader))
+    assert x.shape == (8, 3, 32, 32) and y.tolist() == data.labels[:8]
 
 
 def test_relocate_reads_from_the_new_root(small: Path, tmp_path: Path) -> None:
