@@ -159,6 +159,11 @@ def test_user_profiler_keeps_every_action() -> None:
     assert len(t.profiler.recorded_durations[BATCH_ACTION]) == 12
     assert {"start", "stop"}.isdisjoint(vars(t.profiler)), "profiler left wrapped"
     assert probe.result().steps == 12
+    actions = t.profiler.recorded_durations
+    assert len(actions["[Callback]SpeedProbe.on_train_batch_end"]) == 12
+    # Hooks the probe does not listen to are not dispatched to it: each would cost every step.
+    assert not [a for a in actions if a.startswith("[Callback]SpeedProbe.on_before_")]
+    assert "[Callback]SpeedProbe.on_after_backward" not in actions
 
 
 def test_works_with_pytorch_lightning_imports() -> None:
