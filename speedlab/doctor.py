@@ -239,7 +239,7 @@ def loader_busy(run: RunResult) -> float | None:
         cpu = s["workers_cpu_percent"] / 100 / min(workers, cores)
         making = workers_making(run)
         return min(cpu / making if making else cpu, 1.0)
-    share = run.data_share
+    share = waiting_share(run)
     if not share > 0:
         return None
     thread = s.get("train_thread_cpu_percent")
@@ -270,6 +270,34 @@ def cpu_has_bf16() -> bool | None:
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
+def _steady_totals(run: RunResult) -> tuple[float, float, int]:
+    """Summed data_time and batch_time of the steady steps, and how many there were."""
+    r = run.records
+    steady = [i for i, phase in enumerate(r["phase"]) if phase == "steady"]
+    return (
+        sum(r["data_time"][i] for i in steady),
+        sum(r["batch_time"][i] for i in steady),
+        len(steady),
+    )
+
+
+def waiting_share(run: RunResult) -> float:
+    """The share of the steady steps' time spent waiting for data: ``data_share`` (medians),
+    or the share of the summed times where that is larger. Workers that cannot keep up hand
+    over their batches in bursts: the median step may not wait at all while the run waits
+    a third of its time."""
+    data, batch, _ = _steady_totals(run)
+    share = run.data_share
+    if math.isnan(share) or data + batch <= 0:
+        return share
+    return max(share, data / (data + batch))
+
+
+def _bursty(run: RunResult) -> bool:
+    """Whether the waits come in bursts: the summed share well above the median step's."""
+    return waiting_share(run) > run.data_share + DATA_SHARE_WARN / 2
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
@@ -278,7 +306,7 @@ def _ms(seconds: float) -> str:
 
 
 def _data_bound(run: RunResult) -> list[Finding]:
-    share = run.data_share
+    share = waiting_share(run)
     if not share >= DATA_SHARE_WARN:
         return []
     severity = "critical" if share >= DATA_SHARE_CRITICAL else "warn"
@@ -287,6 +315,13 @@ def _data_bound(run: RunResult) -> list[Finding]:
         f"Each step waits {_ms(run.data_time)} for data and computes {_ms(run.batch_time)}: "
         f"data is {share:.0%} of the step."
     )
+    if _bursty(run):
+        data, _, steps = _steady_totals(run)
+        head = (
+            f"Steps wait {_ms(data / steps)} for data on average, in bursts (the median step waits "
+            f"{_ms(run.data_time)}), and compute {_ms(run.batch_time)}: data is {share:.0%} of "
+            "the time."
+        )
     busy = loader_busy(run)
     if busy is None:
         return [
@@ -542,12 +577,12 @@ def _straggler(run: RunResult) -> list[Finding]:
         "heavier transform, a core it shares with other work). More workers dilute it; "
         "DataLoader(in_order=False) (PyTorch 2.6+) lets ready batches go first."
     )
-    severity = "warn" if run.data_share >= DATA_SHARE_WARN else "info"
+    severity = "warn" if waiting_share(run) >= DATA_SHARE_WARN else "info"
     return [Finding("straggler", evidence, advice, "workers", severity, 2 * len(made))]
 
 
 def _model_bound(run: RunResult) -> list[Finding]:
-    if not run.data_share < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
+    if not waiting_share(run) < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
         return []
     evidence = (
         f"Data is {run.data_share:.0%} of the step: the model's compute ({_ms(run.batch_time)} "

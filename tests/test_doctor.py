@@ -27,6 +27,7 @@ from speedlab.doctor import (
     diagnose,
     diagnose_sweep,
     next_experiment,
+    waiting_share,
 )
 from speedlab.labs import (
     KnownCostDataset,
@@ -39,7 +40,7 @@ from speedlab.labs import (
 )
 from speedlab.lint import lint
 from speedlab.probe import SpeedProbe
-from speedlab.results import RunResult, SweepResult
+from speedlab.results import RunResult, SweepResult, empty_records
 
 QUIET = dict(
     accelerator="cpu",
@@ -159,6 +160,28 @@ def test_throttled_image_lab_is_io_bound_with_or_without_workers(
     assert "The 2 worker(s) used" in then.evidence
     assert (then.knob, then.value) == ("preload", "ram")
     assert "cpu_bound" not in kinds(diagnose(base)) + kinds(diagnose(workers))
+
+
+def test_waits_in_bursts_count_by_their_total_not_the_median_step() -> None:
+    """Workers that cannot keep up hand over batches in turns: 3 of 5 steps find one ready, 2
+    wait 50 ms. The median step waits nothing, yet 2 * 50 / (2 * 50 + 5 * 20) = half the time
+    goes to waiting."""
+    records = empty_records()
+    for i in range(40):
+        data = 0.050 if i % 5 in (1, 3) else 0.0
+        for key, value in (("t", float(i)), ("data_time", data), ("batch_time", 0.020)):
+            records[key].append(value)
+        records["wall"].append(data + 0.020)
+        records["samples"].append(32)
+        records["phase"].append("steady")
+        records["epoch"].append(0)
+    run = RunResult(knobs={"workers": 2}, records=records)
+    assert run.data_share == 0.0
+    assert waiting_share(run) == pytest.approx(0.5)
+    (finding,) = [f for f in diagnose(run) if f.kind in ("cpu_bound", "io_bound")]
+    assert finding.severity == "critical"
+    assert "20.0 ms for data on average, in bursts" in finding.evidence
+    assert "model_bound" not in kinds(diagnose(run))
 
 
 def test_next_experiment_keeps_the_best_knobs_and_sweeps_the_top_finding(
