@@ -37,7 +37,14 @@ import speedlab
 from speedlab.autotune import autotune
 from speedlab.compare import other_processes_cores
 from speedlab.doctor import CONTENDED_CORES, diagnose
-from speedlab.labs import ConvNet, ShapesDataset, ThrottledOpener, image_lab, make_shapes
+from speedlab.labs import (
+    QUIET_TRAINER,
+    ConvNet,
+    ShapesDataset,
+    ThrottledOpener,
+    image_lab,
+    make_shapes,
+)
 from speedlab.results import RunResult
 
 THROTTLE = ThrottledOpener(bytes_per_s=2e6, latency_s=0.002)
@@ -45,10 +52,7 @@ THROTTLE = ThrottledOpener(bytes_per_s=2e6, latency_s=0.002)
 TARGET = 0.90
 QUIET = dict(
     accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
+    **QUIET_TRAINER,
     limit_val_batches=0,
 )
 

@@ -9,7 +9,7 @@ import argparse
 
 import lightning.pytorch as pl
 
-from speedlab.labs import image_lab
+from speedlab.labs import QUIET_TRAINER, image_lab
 from speedlab.runner import profile_train
 
 
@@ -18,10 +18,7 @@ def train() -> None:
     trainer = pl.Trainer(
         max_epochs=-1,
         limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, data)
 

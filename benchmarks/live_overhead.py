@@ -36,7 +36,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from speedlab.labs import tabular_lab
+from speedlab.labs import QUIET_TRAINER, tabular_lab
 from speedlab.live import LiveView, NotebookView, TerminalView
 from speedlab.runner import plan_sweep, run_sweep
 
@@ -82,10 +82,7 @@ def train() -> None:
         max_epochs=-1,
         accelerator="cpu",
         limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, data)
 

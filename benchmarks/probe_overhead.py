@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
-from speedlab.labs import KnownCostModel, tabular_lab
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, tabular_lab
 from speedlab.probe import SpeedProbe
 
 ARMS = ("bare", "bare-again", "speedprobe", "simpleprofiler")
@@ -111,10 +111,7 @@ def run(lab: str, cycles: int, block: int, rng: random.Random) -> Rotation:
         accelerator="cpu",
         devices=1,
         callbacks=[rotation],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
         limit_val_batches=0,
     )
     trainer.fit(model, data)

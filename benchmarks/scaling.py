@@ -24,17 +24,14 @@ import torch
 
 import speedlab
 from speedlab.distributed import processes_of, scaling
-from speedlab.labs import image_lab, tabular_lab
+from speedlab.labs import QUIET_TRAINER, image_lab, tabular_lab
 from speedlab.system import usable_cores
 
 QUIET = dict(
     accelerator="cpu",
     max_epochs=100,
     limit_val_batches=0,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
+    **QUIET_TRAINER,
 )
 
 

@@ -42,14 +42,13 @@ def reference_train() -> None:
     """The untouched pipeline: what the student's version is measured against."""
     import lightning.pytorch as pl
 
+    from speedlab.labs import QUIET_TRAINER
+
     model, data = slow_pipeline()
     trainer = pl.Trainer(
         max_epochs=1,
         limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, data)
 

@@ -12,7 +12,7 @@ def demo(steps: int, workers: int) -> int:
     """Train the image lab briefly with a live line, then print where the time went."""
     import lightning.pytorch as pl
 
-    from speedlab.labs import image_lab
+    from speedlab.labs import QUIET_TRAINER, image_lab
     from speedlab.runner import profile_train
 
     def train() -> None:
@@ -21,10 +21,7 @@ def demo(steps: int, workers: int) -> int:
             max_epochs=-1,
             accelerator="auto",
             devices=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+            **QUIET_TRAINER,
             limit_val_batches=0,
         )
         trainer.fit(model, data)

@@ -17,6 +17,19 @@ def lab_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speedlab-cache")
 
 
+@pytest.fixture
+def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A fresh IPython shell, working in a temporary folder, with speedlab loaded."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "speedlab")
+    yield ip
+    InteractiveShell.clear_instance()
+
+
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lab_cache: Path) -> None:
     """No test writes to the home folder or the repo; live views stay silent unless asked."""

@@ -18,7 +18,6 @@ from pathlib import Path
 import lightning.pytorch as pl
 import psutil
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from speedlab.distributed import (
     CudaBeforeForkError,
@@ -68,14 +67,10 @@ trainer.fit(Broken(step_s=0.001), DataLoader(KnownCostDataset(800), batch_size=8
 
 
 @pytest.fixture
-def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "speedlab")
-    ip.run_cell(SETUP)
-    yield ip
-    InteractiveShell.clear_instance()
+def shell(shell):
+    """The shared shell, with the cell's imports run."""
+    shell.run_cell(SETUP)
+    return shell
 
 
 @pytest.fixture

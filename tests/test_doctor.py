@@ -142,7 +142,7 @@ def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
     found = the(diagnose(base), "cpu_bound")
     assert found.severity == "critical"
     assert "workers" in found.advice and "--preload ram" in found.advice
-    assert f"{base.data_share:.0%} of the step" in found.evidence
+    assert f"{waiting_share(base):.0%} of the step" in found.evidence
     assert (found.knob, found.value) == ("preload", "ram")  # torch uses both cores already
     assert "io_bound" not in kinds(diagnose(base))
 

@@ -6,7 +6,6 @@ import re
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 import speedlab
 
@@ -30,14 +29,10 @@ trainer.fit(KnownCostModel(step_s=0.002), known_cost_loader(n=800, batch_size=8,
 
 
 @pytest.fixture
-def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "speedlab")
-    ip.run_cell(SETUP)
-    yield ip
-    InteractiveShell.clear_instance()
+def shell(shell):
+    """The shared shell, with the cell's imports run."""
+    shell.run_cell(SETUP)
+    return shell
 
 
 def test_workers_and_preload_sweep_on_the_image_lab(shell) -> None:

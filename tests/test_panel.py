@@ -12,7 +12,6 @@ import psutil
 import pytest
 import torch
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 import speedlab
 from speedlab.intercept import RunControls
@@ -136,15 +135,6 @@ def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
     assert re.search(r"±\d+\.\d%", table)  # the noise column
     shown = re.findall(r"<li>(.*?)</li>", panel.diagnosis.value)
     assert shown and len(shown) == len(set(shown))  # each finding once
-
-
-@pytest.fixture
-def shell():
-    InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "speedlab")
-    yield ip
-    InteractiveShell.clear_instance()
 
 
 def test_magics_show_the_panel_for_the_cell(shell, capsys) -> None:

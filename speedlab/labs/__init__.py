@@ -10,9 +10,11 @@
   time per sample and per step is set by the caller, so measurements can be checked.
 
 Every lab really learns: its training loss falls clearly within 100-200 steps on a CPU.
+``QUIET_TRAINER`` holds the Trainer arguments for a run that only trains.
 Nothing is downloaded. This package imports torch and Lightning; ``speedlab`` loads it lazily.
 """
 
+from speedlab.labs._base import QUIET_TRAINER
 from speedlab.labs.images import (
     ConvNet,
     ShapesDataModule,
@@ -27,6 +29,7 @@ from speedlab.labs.tabular import MLP, TabularDataModule, make_tabular, tabular_
 
 __all__ = [
     "MLP",
+    "QUIET_TRAINER",
     "ConvNet",
     "KnownCostDataset",
     "KnownCostModel",

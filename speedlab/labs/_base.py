@@ -6,12 +6,25 @@ the same way (the speed knobs are DataLoader arguments), so both live here once.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
+
+QUIET_TRAINER = MappingProxyType(
+    {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+)
+"""Trainer arguments for a run that only trains: no logger, checkpoints, progress bar or model
+summary (``pl.Trainer(max_steps=100, **QUIET_TRAINER)``)."""
 
 
 class Classifier(pl.LightningModule):
