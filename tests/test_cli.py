@@ -35,6 +35,7 @@ def test_demo_generates_the_lab_trains_and_prints_the_breakdown(tmp_path: Path) 
         assert f"\n{line}" in out, line
     assert "(1280 samples in 40 steps)" in out and "peak RSS" in out
     assert "p10" in out and "p90" in out
+    assert "LeafSpec" not in done.stderr  # Lightning's own deprecation, not the user's
     assert any((tmp_path / "cache").glob("shapes-*/manifest.json")), "dataset not generated"
     assert seconds < 60, f"demo took {seconds:.0f} s with a 40-step run"
 

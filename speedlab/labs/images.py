@@ -197,7 +197,8 @@ class ShapesDataset(Dataset):
 
     Decoding (``load``) and augmentation (``transform``) are separate steps so that each can
     be timed, cached or moved on its own. A DataLoader fetches whole batches through
-    ``__getitems__``, which augments them together (``transform_batch``, same result per image). ``files`` lists the JPEG paths in index order;
+    ``__getitems__``, which augments them together (``transform_batch``: the same result per
+    image, at a fraction of the calls). ``files`` lists the JPEG paths in index order;
     ``relocate`` points them at a copy of the folder, and ``opener`` (a picklable callable
     taking a path, returning a binary file) may be replaced, e.g. to throttle reads.
 
