@@ -6,10 +6,11 @@ The image lab reads its JPEG files through a ``ThrottledOpener`` (slow storage).
    doctor must call ``io_bound``;
 2. measures the compute-bound ceiling: the same model and batch size training on the same
    images already decoded into tensors in memory (no reads, no decoding, no augmentation);
-3. measures the ceiling and autotune's best configuration again, alternately, so both see the
-   same machine, and prints the median of the per-round ratios of their throughputs
-   (acceptance: at least 0.90). This machine's speed drifts by 10-20% within a minute, so one
-   pair says little; the median over rounds says more.
+3. measures the ceiling and autotune's best configuration again, alternately (ceiling first
+   and last), so both see the same machine: each run of autotune's best is set against the
+   mean of the ceiling runs on either side of it, and the script prints the median of those
+   ratios (acceptance: at least 0.90). This machine's speed drifts by 10-20% within a minute,
+   so one pair says little; the median over rounds says more.
 
 Usage::
 
@@ -109,13 +110,19 @@ def main() -> int:
         knobs = {k: v for k, v in best.knobs.items() if k != "fit"}
         batch_size = int(knobs.get("batch_size", 32))
         ceiling = in_memory(root, batch_size)
-        ours, theirs = [], []
+        theirs = [measure(ceiling, args.measure_steps)]
+        ours = []
         for _ in range(args.rounds):
-            theirs.append(measure(ceiling, args.measure_steps))
             ours.append(measure(slow_lab(root), args.measure_steps, **knobs))
+            theirs.append(measure(ceiling, args.measure_steps))
     ceiling_rate = statistics.median(r.samples_per_s for r in theirs)
     best_rate = statistics.median(r.samples_per_s for r in ours)
-    ratios = [a.samples_per_s / c.samples_per_s for a, c in zip(ours, theirs, strict=True)]
+    # Each run of ours against the mean of the ceiling runs just before and after it, which
+    # cancels a steady drift of the machine's speed (an A-B-A design).
+    ratios = [
+        run.samples_per_s / statistics.fmean((before.samples_per_s, after.samples_per_s))
+        for run, before, after in zip(ours, theirs, theirs[1:], strict=False)
+    ]
     ratio = statistics.median(ratios)
     label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "the lab as written"
     print(f"Compute-bound ceiling (tensors in memory): {ceiling_rate:.1f} samples/s")
