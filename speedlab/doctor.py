@@ -270,32 +270,21 @@ def cpu_has_bf16() -> bool | None:
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-def _steady_totals(run: RunResult) -> tuple[float, float, int]:
-    """Summed data_time and batch_time of the steady steps, and how many there were."""
-    r = run.records
-    steady = [i for i, phase in enumerate(r["phase"]) if phase == "steady"]
-    return (
-        sum(r["data_time"][i] for i in steady),
-        sum(r["batch_time"][i] for i in steady),
-        len(steady),
-    )
-
-
 def waiting_share(run: RunResult) -> float:
     """The share of the steady steps' time spent waiting for data: ``data_share`` (medians),
     or the share of the summed times where that is larger. Workers that cannot keep up hand
     over their batches in bursts: the median step may not wait at all while the run waits
     a third of its time."""
-    data, batch, _ = _steady_totals(run)
+    data, batch = run.steady_total("data_time"), run.steady_total("batch_time")
     share = run.data_share
     if math.isnan(share) or data + batch <= 0:
         return share
     return max(share, data / (data + batch))
 
 
-def _bursty(run: RunResult) -> bool:
-    """Whether the waits come in bursts: the summed share well above the median step's."""
-    return waiting_share(run) > run.data_share + DATA_SHARE_WARN / 2
+def _bursty(run: RunResult, share: float) -> bool:
+    """Whether the waits come in bursts: the waiting ``share`` well above the median step's."""
+    return share > run.data_share + DATA_SHARE_WARN / 2
 
 
 def _ms(seconds: float) -> str:
@@ -315,10 +304,10 @@ def _data_bound(run: RunResult) -> list[Finding]:
         f"Each step waits {_ms(run.data_time)} for data and computes {_ms(run.batch_time)}: "
         f"data is {share:.0%} of the step."
     )
-    if _bursty(run):
-        data, _, steps = _steady_totals(run)
+    if _bursty(run, share):
+        mean = run.steady_total("data_time") / run.records["phase"].count("steady")
         head = (
-            f"Steps wait {_ms(data / steps)} for data on average, in bursts (the median step waits "
+            f"Steps wait {_ms(mean)} for data on average, in bursts (the median step waits "
             f"{_ms(run.data_time)}), and compute {_ms(run.batch_time)}: data is {share:.0%} of "
             "the time."
         )

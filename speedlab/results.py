@@ -63,6 +63,11 @@ class RunResult:
     def _steady(self) -> list[int]:
         return [i for i, phase in enumerate(self.records["phase"]) if phase == "steady"]
 
+    def steady_total(self, key: str) -> float:
+        """One per-step record (``"data_time"``, ``"wall"``, ...) summed over the steady steps."""
+        values = self.records[key]
+        return sum(values[i] for i in self._steady())
+
     def _summary(self, key: str) -> Summary:
         values = self.records[key]
         return summarize([values[i] for i in self._steady()])
@@ -97,10 +102,8 @@ class RunResult:
         """Samples over the wall time of the steady-state steps."""
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates]).median
-        steady = self._steady()
-        r = self.records
-        seconds = sum(r["wall"][i] for i in steady)
-        return sum(r["samples"][i] for i in steady) / seconds if seconds > 0 else math.nan
+        seconds = self.steady_total("wall")
+        return self.steady_total("samples") / seconds if seconds > 0 else math.nan
 
     @property
     def throughput_summary(self) -> Summary:

@@ -1,8 +1,8 @@
 """What the machine does while a model trains: CPU, memory, /dev/shm and GPU, sampled in a thread.
 
 `SystemSampler` watches the main process and the children born during the run (DataLoader
-workers) at about 4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound one. `system_info`
-describes the static environment for `%speedlab system` and the run store.
+workers) at about 4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound
+one. `system_info` describes the static environment for `%speedlab system` and the run store.
 
 Nothing here imports torch or lightning: torch is only consulted when the user's code has
 already imported it, and CUDA is never initialised (that would break fork-based workers).
