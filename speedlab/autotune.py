@@ -1,10 +1,11 @@
 """Autotune: from the baseline, try one knob at a time in the doctor's order; keep what helps.
 
 Each step asks the doctor what limits the current best run, measures that run's knobs with
-the doctor's suggested change, and keeps the change only when ``compare`` calls it faster
-beyond noise. A change that looks better but is within noise is measured again (both sides)
-before it is judged. The search stops when the doctor has nothing left to try, after
-``MAX_TRIALS`` trials, or when another run would not fit in the budget.
+the doctor's suggested change, and keeps the change when ``compare`` calls it faster beyond
+noise, or when it asks for fewer DataLoader workers and is within noise (see ``keeps``). A
+change that looks better but is within noise is measured again (both sides) before it is
+judged. The search stops when the doctor has nothing left to try, after ``MAX_TRIALS``
+trials, or when another run would not fit in the budget.
 
 Runs go through ``speedlab.runner`` like any sweep, so each is stored and shown live as usual.
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import speedlab
-from speedlab.compare import MIN_EFFECT, compare
-from speedlab.doctor import diagnose, diagnose_sweep, next_step
+from speedlab.compare import MIN_EFFECT, Comparison, compare
+from speedlab.doctor import Finding, current_value, diagnose, diagnose_sweep, next_step
 from speedlab.knobs import KNOBS
 from speedlab.results import RunResult, SweepResult
 from speedlab.runner import merge_replicates, plan_sweep, run_sweep
@@ -94,6 +95,25 @@ def _knobs(run: RunResult) -> dict[str, Any]:
     return {k: v for k, v in run.knobs.items() if k != "fit"}
 
 
+def keeps(result: Comparison, finding: Finding, current: RunResult) -> str | None:
+    """Why the change ``finding`` asked for is kept, given ``result`` (its run against
+    ``current``); None when it is dropped.
+
+    Faster beyond noise is kept. So is fewer DataLoader workers within noise: as fast with
+    fewer processes leaves their cores to torch's threads and saves their memory.
+    """
+    if result.verdict == "faster":
+        return "faster"
+    workers = current_value(current, "workers")
+    fewer = (
+        finding.knob == "workers"
+        and isinstance(finding.value, int)
+        and isinstance(workers, int)
+        and finding.value < workers
+    )
+    return "as fast with fewer workers" if fewer and result.verdict == "within noise" else None
+
+
 def _label(knobs: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items()) or "the cell's own settings"
 
@@ -125,8 +145,9 @@ def autotune(
     Returns:
         A SweepResult whose runs are the path: the baseline, then each configuration tried.
         Its ``notes`` tell each step with the doctor's evidence, whether the change was kept,
-        and the best configuration with its speedup; its ``diagnosis`` is the doctor's
-        verdict on the path.
+        and the best configuration with its speedup; its ``best`` is that configuration's run
+        (not a faster-looking run within noise) and its ``diagnosis`` the doctor's verdict on
+        the path.
 
     Example::
 
@@ -180,16 +201,17 @@ def autotune(
             current = search.measure_more(current, CLOSE_REPEATS, path)
             trial = search.measure_more(trial, CLOSE_REPEATS, path)
             result = compare(current, trial)
-        kept = result.verdict == "faster"
+        why = keeps(result, finding, current)
         notes.append(
             f"{step}: {trial.samples_per_s:.1f} samples/s, {result} against "
             f"{_label(_knobs(current))}"
             + (", after measuring both again (it was close)" if close else "")
-            + (": kept." if kept else ": dropped.")
+            + (", as fast with fewer workers" if why == "as fast with fewer workers" else "")
+            + (": kept." if why else ": dropped.")
         )
-        if kept:
+        if why:
             current = trial
-    sweep = SweepResult(path, name=name)
+    sweep = SweepResult(path, name=name, chosen=current)
     overall = compare(sweep.baseline, current)
     notes.append(f"Stopped: {stop}.")
     notes.append(

@@ -1,7 +1,9 @@
 """Fair comparison of two runs: is a difference in throughput beyond the noise of both?
 
 As torch.utils.benchmark does, a run is summarised by the median and interquartile range of
-its throughput: over its ``--repeat`` replicates when it has them, else over its steady steps.
+its throughput: over its ``--repeat`` replicates when it has them, else over its steady steps
+(over windows of steps when DataLoader workers deliver in bursts; see
+``RunResult.throughput_summary``).
 Two runs differ when the middle halves of their distributions do not overlap and the change
 is large enough to outlast drift between runs, which grows when other processes share the
 machine.
@@ -27,7 +29,8 @@ NOISY_IQR = 0.10
 """Interquartile range over median above which a run's figures get a noise warning (as
 torch.utils.benchmark warns)."""
 MIN_STEPS = 3
-"""Fewest steady steps (or replicates) a throughput needs before it is compared."""
+"""Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
+is compared."""
 
 
 def run_cores(run: RunResult) -> int:
@@ -56,7 +59,8 @@ class Comparison:
     two throughput distributions do not overlap and the change is at least ``MIN_EFFECT``, more
     when other processes took CPU during the runs (``SHARED_EFFECT``).
     The distributions are the ``--repeat`` replicates' throughputs when a run has them, else its
-    per-step throughputs (which cannot show drift between runs: ``warnings`` says so).
+    steady steps' throughputs (``RunResult.throughput_summary``), which cannot show drift
+    between runs: ``warnings`` says so.
     """
 
     speedup: float

@@ -6,7 +6,8 @@
   beyond noise, compile payback, batch_time growing as workers are added.
 - ``next_experiment(sweep)`` writes the ``%%profile_train`` line to run next.
 - ``compare(a, b)`` says whether two runs differ beyond noise (medians and interquartile
-  ranges of the per-step throughput, or of the ``--repeat`` replicates).
+  ranges of the throughput step by step or over windows of steps, or of the ``--repeat``
+  replicates).
 
 Every threshold is a module constant with its reason beside it. Advice is for the hardware the
 run measured: a knob that cannot help there is named as such.
@@ -70,9 +71,6 @@ OVERHEAD_STEP_CRITICAL_S = 0.004
 """Median step time below which overhead is most of the step (critical)."""
 BATCH_SIZE_FACTOR = 4
 """How much larger a batch the doctor suggests for an overhead-bound run."""
-WORKERS_CPU_MIN_PERCENT = 1.0
-"""CPU (percent of a core) the child processes must use before they count as DataLoader
-workers when nothing else says how many workers there were."""
 EPOCH_START_SHARE_WARN = 0.10
 """Share of the training time lost to epoch-start gaps (after the first epoch) that warns."""
 EPOCH_START_SHARE_CRITICAL = 0.25
@@ -169,22 +167,6 @@ def _threads(run: RunResult) -> int:
     return int(run.system.get("torch_threads") or 1)
 
 
-def loader_workers(run: RunResult) -> int:
-    """DataLoader workers of the run: the knob when set, else the workers that stamped batches.
-
-    Without stamps, the child processes the sampler saw, if they did any work: an idle child
-    (such as multiprocessing's resource tracker) is not a worker.
-    """
-    workers = run.knobs.get("workers")
-    if isinstance(workers, int):
-        return workers
-    stamps = run.records.get("pipeline")
-    if stamps is not None:
-        return len(set(stamps.get("worker", [])))
-    busy = run.system.get("workers_cpu_percent", 0.0) >= WORKERS_CPU_MIN_PERCENT
-    return int(run.system.get("peak_workers") or 0) if busy else 0
-
-
 def _steady(run: RunResult, key: str) -> list[float]:
     r = run.records
     return [v for v, p in zip(r[key], r["phase"], strict=True) if p == "steady"]
@@ -234,7 +216,7 @@ def loader_busy(run: RunResult) -> float | None:
     s = run.system
     if s.get("main_cpu_percent") is None:
         return None
-    cores, workers = run_cores(run), loader_workers(run)
+    cores, workers = run_cores(run), run.loader_workers()
     if workers > 0:
         cpu = s["workers_cpu_percent"] / 100 / min(workers, cores)
         making = workers_making(run)
@@ -299,7 +281,7 @@ def _data_bound(run: RunResult) -> list[Finding]:
     if not share >= DATA_SHARE_WARN:
         return []
     severity = "critical" if share >= DATA_SHARE_CRITICAL else "warn"
-    workers, cores, threads = loader_workers(run), run_cores(run), _threads(run)
+    workers, cores, threads = run.loader_workers(), run_cores(run), _threads(run)
     head = (
         f"Each step waits {_ms(run.data_time)} for data and computes {_ms(run.batch_time)}: "
         f"data is {share:.0%} of the step."
@@ -370,7 +352,7 @@ def _data_bound(run: RunResult) -> list[Finding]:
 
 def _handover(run: RunResult, head: str, making: float, severity: str) -> Finding:
     evidence = (
-        f"{head} The {loader_workers(run)} worker(s) spent only {making:.0%} of their time making "
+        f"{head} The {run.loader_workers()} worker(s) spent only {making:.0%} of their time making "
         "batches: they keep up, and the wait is the hand-over, the main process receiving each "
         "batch from a worker (through shared memory)."
     )
@@ -383,7 +365,7 @@ def _handover(run: RunResult, head: str, making: float, severity: str) -> Findin
 
 
 def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
-    workers, cores = loader_workers(run), run_cores(run)
+    workers, cores = run.loader_workers(), run_cores(run)
     if workers == 0:
         advice = (
             "The loader waits for storage, not for the CPU. DataLoader workers keep several reads "
@@ -401,7 +383,7 @@ def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
 
 
 def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
-    workers, cores, threads = loader_workers(run), run_cores(run), _threads(run)
+    workers, cores, threads = run.loader_workers(), run_cores(run), _threads(run)
     spare = cores - threads - workers
     preload = run.knobs.get("preload", "off")
     tight = (
@@ -459,7 +441,7 @@ def _overhead_bound(run: RunResult) -> list[Finding]:
 
 
 def _oversubscribed(run: RunResult) -> list[Finding]:
-    workers, cores, threads = loader_workers(run), run_cores(run), _threads(run)
+    workers, cores, threads = run.loader_workers(), run_cores(run), _threads(run)
     if workers == 0 or workers + threads <= cores or _waits_on_storage(run):
         return []
     severity = "critical" if workers + threads >= 2 * cores else "warn"
@@ -497,7 +479,7 @@ def _epoch_start(run: RunResult) -> list[Finding]:
     if share < EPOCH_START_SHARE_WARN:
         return []
     severity = "critical" if share >= EPOCH_START_SHARE_CRITICAL else "warn"
-    workers = loader_workers(run)
+    workers = run.loader_workers()
     evidence = (
         f"{len(starts)} epoch(s) after the first each began with a wait of "
         f"{statistics.median(gaps):.2f} s (median) for the first batch, against {_ms(typical)} "
@@ -850,7 +832,7 @@ def current_value(run: RunResult, knob: str) -> Any:
     if knob in run.knobs:
         return run.knobs[knob]
     inferred: dict[str, Any] = {
-        "workers": loader_workers(run),
+        "workers": run.loader_workers(),
         "batch_size": _batch(run),
         "preload": "off",
         "compile": "on" if run.phases.get("compile", 0) > 0 else "off",

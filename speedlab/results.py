@@ -18,6 +18,14 @@ from speedlab.table import Table, fmt
 
 PHASES = ("setup", "preload", "compile", "epoch_start", "warmup", "steady", "validation")
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
+WORKERS_CPU_MIN_PERCENT = 1.0
+"""CPU (percent of a core) the child processes must use before they count as DataLoader
+workers when nothing else says how many workers there were."""
+WINDOW_STEPS_PER_WORKER = 2
+"""Steps per DataLoader worker in each window of a run's throughput spread (see
+``RunResult.throughput_summary``)."""
+MIN_WINDOWS = 5
+"""Fewest windows a run's throughput spread is cut into: shorter windows when the run is short."""
 
 
 def empty_records() -> dict[str, list]:
@@ -107,13 +115,38 @@ class RunResult:
 
     @property
     def throughput_summary(self) -> Summary:
-        """Spread of samples/s across replicates (``--repeat``), or of the single run's steps."""
+        """Spread of samples/s across replicates (``--repeat``), or else over the single run's
+        steady steps: step by step without DataLoader workers, and over windows of
+        ``WINDOW_STEPS_PER_WORKER`` steps per worker with them (shorter if the run has fewer
+        than ``MIN_WINDOWS`` of those). Workers hand over batches in bursts (several ready at
+        once, then a long wait), so one step's throughput says little on its own; a window
+        spans a round of every worker."""
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates])
-        r = self.records
+        r, steady = self.records, self._steady()
+        per_worker = WINDOW_STEPS_PER_WORKER * self.loader_workers()
+        size = max(1, min(per_worker, len(steady) // MIN_WINDOWS))
+        windows = [steady[i : i + size] for i in range(0, len(steady) - size + 1, size)]
         return summarize(
-            [r["samples"][i] / r["wall"][i] for i in self._steady() if r["wall"][i] > 0]
+            [
+                sum(r["samples"][i] for i in w) / wall
+                for w in windows
+                if (wall := sum(r["wall"][i] for i in w)) > 0
+            ]
         )
+
+    def loader_workers(self) -> int:
+        """DataLoader workers of the run: the knob when set, else the workers that stamped
+        batches. Without stamps, the child processes the sampler saw, if they did any work: an
+        idle child (such as multiprocessing's resource tracker) is not a worker."""
+        workers = self.knobs.get("workers")
+        if isinstance(workers, int):
+            return workers
+        stamps = self.records.get("pipeline")
+        if stamps is not None:
+            return len(set(stamps.get("worker", [])))
+        busy = self.system.get("workers_cpu_percent", 0.0) >= WORKERS_CPU_MIN_PERCENT
+        return int(self.system.get("peak_workers") or 0) if busy else 0
 
     @property
     def ok(self) -> bool:
@@ -248,6 +281,8 @@ class SweepResult:
     name: str | None = None
     diagnosis: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    chosen: RunResult | None = None
+    """The run a search settled on (autotune's best), which ``best`` returns when set."""
 
     def __post_init__(self) -> None:
         self.update_speedups()
@@ -265,7 +300,11 @@ class SweepResult:
 
     @property
     def best(self) -> RunResult | None:
-        """The fastest run that finished without error."""
+        """The fastest run that finished without error, or the run a search chose: autotune
+        keeps only changes that help beyond noise, so a run that merely measured faster once
+        is not its best."""
+        if self.chosen is not None:
+            return self.chosen
         done = [r for r in self.runs if r.ok and math.isfinite(r.samples_per_s)]
         return max(done, key=lambda r: r.samples_per_s, default=None)
 

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
 
 import speedlab
-from speedlab.autotune import autotune
+from speedlab.autotune import autotune, keeps
+from speedlab.compare import Comparison
+from speedlab.doctor import Finding
 from speedlab.labs import KnownCostModel, known_cost_loader
-from speedlab.results import SweepResult
+from speedlab.labs.known_cost import exact_sleep
+from speedlab.results import RunResult, SweepResult
+from speedlab.stats import summarize
+from speedlab.system import usable_cores
 
 QUIET = dict(
     accelerator="cpu",
@@ -54,6 +61,9 @@ def test_it_keeps_what_helps_and_reports_the_path_with_evidence(tuned: SweepResu
     assert all(s.endswith((": kept.", ": dropped.")) for s in steps)
     [best] = [n for n in notes if n.startswith("Best configuration: ")]
     assert best.endswith("the baseline (faster).")
+    kept = tuned.best
+    assert kept is not None and kept is not tuned.baseline
+    assert best.startswith(f"Best configuration: {kept.label()}, {kept.samples_per_s:.1f}")
     assert tuned.runs[1].speedup > 1.5
     assert tuned.diagnosis[0].kind == "verdict"
     assert speedlab.last is tuned
@@ -86,3 +96,46 @@ def test_a_failing_cell_stops_after_the_baseline() -> None:
     result = autotune(broken, store=False)
     assert len(result.runs) == 1 and "no data here" in result.runs[0].error
     assert "Stopped: the baseline failed." in result.notes
+
+
+class DeviceBoundModel(KnownCostModel):
+    """Each step waits 20 ms with the CPU free, as the host does while a GPU computes."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        exact_sleep(0.02)
+        return loss
+
+
+def test_workers_that_only_take_cores_are_given_back() -> None:
+    if 2 + torch.get_num_threads() <= usable_cores():
+        pytest.skip("two workers do not oversubscribe this machine's cores")
+
+    def idle_workers() -> None:
+        loader = known_cost_loader(n=4000, batch_size=8, num_workers=2, persistent_workers=True)
+        pl.Trainer(max_epochs=1, **QUIET).fit(DeviceBoundModel(step_s=0), loader)
+
+    result = autotune(idle_workers, budget_s=60, steps=20, store=False)
+    [step] = [n for n in result.notes if n.startswith("Step 1: ")]
+    assert step.startswith("Step 1: oversubscribed: 2 worker(s) + ")
+    assert "Tried workers=0" in step and step.endswith(": kept.")
+    assert (result.best or result.baseline).knobs.get("workers") == 0
+
+
+def within_noise(speedup: float) -> Comparison:
+    spread = summarize([100.0, 110.0, 120.0])
+    return Comparison(speedup, significant=False, a=spread, b=spread)
+
+
+def test_fewer_workers_are_kept_when_as_fast_and_nothing_else_is() -> None:
+    current = RunResult(knobs={"workers": 2})
+    fewer = Finding("oversubscribed", "", "", "workers", value=0)
+    more = Finding("cpu_bound", "", "", "workers", value=4)
+    preload = Finding("io_bound", "", "", "preload", value="ram")
+    assert keeps(within_noise(0.98), fewer, current) == "as fast with fewer workers"
+    assert keeps(within_noise(1.03), more, current) is None
+    assert keeps(within_noise(1.03), preload, current) is None
+    slower = Comparison(0.5, significant=True, a=within_noise(1).a, b=within_noise(1).b)
+    assert keeps(slower, fewer, current) is None
+    faster = Comparison(2.0, significant=True, a=within_noise(1).a, b=within_noise(1).b)
+    assert keeps(faster, preload, current) == "faster"

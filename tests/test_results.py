@@ -51,6 +51,19 @@ def test_no_steady_state_gives_nan_not_zero() -> None:
     assert "samples/s" in r.summary_line()
 
 
+def test_the_spread_of_a_run_with_workers_is_over_windows_of_whole_rounds() -> None:
+    # Two workers deliver in bursts: two batches at once, then a wait for the next two.
+    bursty = run([0.0, 0.3] * 10, [0.1] * 20, knobs={"workers": 2}, warmup=0)
+    spread = bursty.throughput_summary
+    assert spread.n == 5  # 20 steps in windows of 4
+    assert spread.median == pytest.approx(40 / 1.0) and spread.iqr == pytest.approx(0.0)
+    one_by_one = run([0.0, 0.3] * 10, [0.1] * 20, knobs={"workers": 0}, warmup=0)
+    assert one_by_one.throughput_summary.n == 20
+    assert one_by_one.throughput_summary.iqr == pytest.approx(100 - 25)
+    # A short run keeps five windows: here of two steps.
+    assert run([0.0, 0.3] * 6, [0.1] * 12, knobs={"workers": 2}, warmup=0).throughput_summary.n == 6
+
+
 def test_round_trip_through_dict_and_json() -> None:
     r = run([0.1, 0.2, 0.3], [0.3, 0.3, 0.3], knobs={"workers": 2})
     r.notes.append("a note")
@@ -70,6 +83,8 @@ def test_sweep_speedups_best_and_labels() -> None:
     assert failed.speedup is None
     assert sweep.best is fast
     assert [r.label(sweep.baseline) for r in sweep.runs] == ["baseline", "workers=2", "workers=4"]
+    # A search that kept the baseline (the faster run was within noise) says so through best.
+    assert SweepResult([base, fast], chosen=base).best is base
 
 
 def test_table_text_html_csv(tmp_path: Path) -> None:
