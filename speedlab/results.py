@@ -353,6 +353,7 @@ class SweepResult:
         return {
             "name": self.name,
             "runs": [r.to_dict(records=records) for r in self.runs],
+            "best": next((i for i, r in enumerate(self.runs) if r is self.best), None),
             "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
             "notes": self.notes,
         }

@@ -85,6 +85,8 @@ def test_sweep_speedups_best_and_labels() -> None:
     assert [r.label(sweep.baseline) for r in sweep.runs] == ["baseline", "workers=2", "workers=4"]
     # A search that kept the baseline (the faster run was within noise) says so through best.
     assert SweepResult([base, fast], chosen=base).best is base
+    assert SweepResult([base, fast], chosen=base).to_dict(records=False)["best"] == 0
+    assert sweep.to_dict(records=False)["best"] == 1
 
 
 def test_table_text_html_csv(tmp_path: Path) -> None:
