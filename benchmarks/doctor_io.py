@@ -49,7 +49,7 @@ import speedlab
 from speedlab.autotune import autotune
 from speedlab.compare import other_processes_cores
 from speedlab.doctor import CONTENDED_CORES, diagnose
-from speedlab.knobs import Knobs
+from speedlab.knobs import DATA_KNOBS, Knobs
 from speedlab.labs import (
     QUIET_TRAINER,
     ShapesDataset,
@@ -81,7 +81,6 @@ def slow_lab(root: Path) -> Callable[[], None]:
 
 
 ARMS = ("ceiling", "ceiling-again", "autotuned")
-DATA_KNOBS = ("workers", "pin_memory", "persistent_workers", "preload", "batch_size")
 LEAD = 8  # steps left out after a switch: a worker arm hands over its prefetched batches first
 TAIL = 2  # and before one: Lightning fetches the next batch during the step before
 
@@ -173,11 +172,11 @@ def cycle_means(
 
 def interleaved(
     root: Path, knobs: dict[str, Any], cycles: int, block: int
-) -> dict[str, list[dict[str, float]]]:
+) -> tuple[dict[str, list[dict[str, float]]], float]:
     """Autotune's best and the ceiling in one run (see the module docstring). Per figure
     (``wall``: one step's start to the next's; ``data_time``, ``batch_time`` as the probe
-    measured them), the per-cycle means of each arm. Raises SystemExit(2) when other
-    processes took CPU during the run."""
+    measured them), the per-cycle means of each arm; and the cores other processes used
+    meanwhile."""
     loader, close = autotuned(root, knobs)
     source = Alternation(
         {"ceiling": in_memory(root, loader.batch_size or 32), "autotuned": loader},
@@ -199,14 +198,11 @@ def interleaved(
         close()
     if run.error:
         raise RuntimeError(run.error)
-    others = other_processes_cores(run)
-    if others >= CONTENDED_CORES:
-        print(f"INVALID: other processes used {others:.1f} cores during the measurement.")
-        raise SystemExit(2)
     walls = [after - before for before, after in itertools.pairwise(clock.starts)]
     blocks = counted_steps(source.batches, len(walls))
     figures = {"wall": walls, **{k: run.records[k] for k in ("data_time", "batch_time")}}
-    return {name: cycle_means(blocks, values) for name, values in figures.items()}
+    means = {name: cycle_means(blocks, values) for name, values in figures.items()}
+    return means, other_processes_cores(run)
 
 
 def main() -> int:
@@ -227,7 +223,10 @@ def main() -> int:
         print(f"Doctor on the baseline: {', '.join(f.kind for f in verdict) or 'nothing'}")
         best = tuned.best or tuned.baseline
         knobs = {k: v for k, v in best.knobs.items() if k != "fit"}
-        means = interleaved(root, knobs, args.cycles, args.block)
+        means, others = interleaved(root, knobs, args.cycles, args.block)
+    if others >= CONTENDED_CORES:
+        print(f"INVALID: other processes used {others:.1f} cores during the measurement.")
+        return 2
     label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "the lab as written"
     batch = int(knobs.get("batch_size", 32))
     cycles = means["wall"]

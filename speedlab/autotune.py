@@ -28,6 +28,8 @@ MAX_TRIALS = 10
 """Most knob changes one autotune tries."""
 CLOSE_REPEATS = 2
 """Extra runs of each side when a change looks better but is within noise."""
+AS_FAST = "as fast with fewer workers"
+"""Why a change within noise is kept (see ``keeps``)."""
 COMPILE_MIN_BUDGET_S = 120.0
 """Budget left below which ``compile`` is not tried: compiling alone can take a minute on a CPU,
 and a run's duration before it gives no estimate of that."""
@@ -111,7 +113,7 @@ def keeps(result: Comparison, finding: Finding, current: RunResult) -> str | Non
         and isinstance(workers, int)
         and finding.value < workers
     )
-    return "as fast with fewer workers" if fewer and result.verdict == "within noise" else None
+    return AS_FAST if fewer and result.verdict == "within noise" else None
 
 
 def _label(knobs: dict[str, Any]) -> str:
@@ -206,7 +208,7 @@ def autotune(
             f"{step}: {trial.samples_per_s:.1f} samples/s, {result} against "
             f"{_label(_knobs(current))}"
             + (", after measuring both again (it was close)" if close else "")
-            + (", as fast with fewer workers" if why == "as fast with fewer workers" else "")
+            + (f", {AS_FAST}" if why == AS_FAST else "")
             + (": kept." if why else ": dropped.")
         )
         if why:

@@ -22,7 +22,7 @@ from typing import Any
 
 from speedlab._compat import is_datamodule, trainer_classes
 from speedlab.distributed import check_fork, forked_rank_threads_note
-from speedlab.knobs import Knobs
+from speedlab.knobs import DATA_KNOBS, Knobs
 from speedlab.loaders import rebuild_loader, shutdown_loader
 from speedlab.pipeline import probe_sink
 from speedlab.preload import Preloaded, preload
@@ -295,8 +295,7 @@ class Intercept:
             model.compile(mode=mode)
         record.model = getattr(model, "_orig_mod", model)
         # Without data knobs the loader is still rebuilt, only to stamp its batches (timeline).
-        data_knobs = (k.workers, k.pin_memory, k.persistent_workers, k.batch_size)
-        stamp_only = all(v is None for v in data_knobs) and k.preload in (None, "off")
+        stamp_only = all(getattr(k, name) in (None, "off") for name in DATA_KNOBS)
         source = args.get("train_dataloaders")
         if is_datamodule(source):
             args["datamodule"], args["train_dataloaders"] = source, None

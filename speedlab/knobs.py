@@ -208,6 +208,10 @@ KNOBS: dict[str, KnobSpec] = {
     )
 }
 
+DATA_KNOBS = ("workers", "pin_memory", "persistent_workers", "preload", "batch_size")
+"""The knobs that act on the training DataLoader (it is rebuilt to apply them); the rest act
+on the model or the Trainer."""
+
 
 def explain(knob: str) -> str:
     """The teaching text for a knob: what it does, when it helps and when it does not."""
