@@ -21,11 +21,12 @@ RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoc
 WORKERS_CPU_MIN_PERCENT = 1.0
 """CPU (percent of a core) the child processes must use before they count as DataLoader
 workers when nothing else says how many workers there were."""
-WINDOW_STEPS_PER_WORKER = 2
-"""Steps per DataLoader worker in each window of a run's throughput spread (see
-``RunResult.throughput_summary``)."""
+WINDOW_ROUNDS = 2
+"""Rounds of the DataLoader workers (one batch from each) in each window of a run's throughput
+spread (see ``RunResult.throughput_summary``)."""
 MIN_WINDOWS = 5
-"""Fewest windows a run's throughput spread is cut into: shorter windows when the run is short."""
+"""Fewest windows a run's throughput spread is cut into: windows of fewer rounds (down to one)
+when the run is short."""
 
 
 def empty_records() -> dict[str, list]:
@@ -117,15 +118,17 @@ class RunResult:
     def throughput_summary(self) -> Summary:
         """Spread of samples/s across replicates (``--repeat``), or else over the single run's
         steady steps: step by step without DataLoader workers, and over windows of
-        ``WINDOW_STEPS_PER_WORKER`` steps per worker with them (shorter if the run has fewer
-        than ``MIN_WINDOWS`` of those). Workers hand over batches in bursts (several ready at
-        once, then a long wait), so one step's throughput says little on its own; a window
-        spans a round of every worker."""
+        ``WINDOW_ROUNDS`` rounds of the workers with them (fewer rounds if the run has fewer
+        than ``MIN_WINDOWS`` windows of those). Workers hand over batches in bursts (several
+        ready at once, then a long wait), so one step's throughput says little on its own.
+        The batches go to the workers in turn, so a window of whole rounds holds as many
+        batches of each worker, and a slow worker weighs the same in every window."""
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates])
         r, steady = self.records, self._steady()
-        per_worker = WINDOW_STEPS_PER_WORKER * self.loader_workers()
-        size = max(1, min(per_worker, len(steady) // MIN_WINDOWS))
+        workers = self.loader_workers()
+        rounds = min(WINDOW_ROUNDS, len(steady) // (MIN_WINDOWS * workers)) if workers else 1
+        size = max(1, rounds) * max(1, workers)
         windows = [steady[i : i + size] for i in range(0, len(steady) - size + 1, size)]
         return summarize(
             [

@@ -42,6 +42,18 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lab_cache: Path) 
     live.set_frontend(None)
 
 
+@pytest.fixture
+def one_compute_thread():
+    """One torch thread in the main process: on 2 cores a second one spins between ops and
+    slows the workers (oversubscription, a lesson of its own), which no arithmetic predicts."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _originals() -> dict[str, object]:
     from speedlab._compat import trainer_classes
 
@@ -60,6 +72,7 @@ def _no_leftovers(request: pytest.FixtureRequest):
     threads = set(threading.enumerate())
     sigint = signal.getsignal(signal.SIGINT)
     matmul = torch.get_float32_matmul_precision()
+    torch_threads = torch.get_num_threads()
     originals = _originals()
     yield
     deadline = time.monotonic() + 15  # workers may take a while to exit on a busy machine
@@ -84,6 +97,9 @@ def _no_leftovers(request: pytest.FixtureRequest):
     if torch.get_float32_matmul_precision() != matmul:
         problems.append("matmul precision changed")
         torch.set_float32_matmul_precision(matmul)
+    if torch.get_num_threads() != torch_threads:
+        problems.append("torch threads changed")
+        torch.set_num_threads(torch_threads)
     if _originals() != originals:
         problems.append("Trainer.__init__/fit left patched")
     if problems:

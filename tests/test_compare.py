@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+import pytest
 import torch
 
 import speedlab
@@ -79,9 +80,11 @@ def test_a_run_with_a_wide_spread_gets_a_noise_warning() -> None:
     assert any("interquartile range is" in w and "of the median" in w for w in result.warnings)
 
 
+@pytest.mark.usefixtures("one_compute_thread")
 def test_workers_that_hand_over_batches_in_bursts_are_judged_over_whole_rounds() -> None:
     # One worker of two is six times slower: every other step waits for it. The pattern
-    # repeats every two steps; it is not noise.
+    # repeats every two steps; it is not noise. (With a second torch thread spinning on 2
+    # cores, the step after each wait varies by up to 20 ms: noise of its own.)
     train = known_cost(step_s=0.005, sleep_s=0.002, slow_worker=1, slow_factor=6)
     run = profile(train, workers=2, steps=25).baseline
     result = compare(run, run)
@@ -92,5 +95,5 @@ def test_workers_that_hand_over_batches_in_bursts_are_judged_over_whole_rounds()
 def test_a_2x_change_between_bursty_loaders_is_significant() -> None:
     slow, fast = profile(known_cost(step_s=0.005, sleep_s=0.006), workers=[2, 4], steps=30).runs
     result = compare(slow, fast)
-    assert (result.verdict, result.a.n, result.b.n) == ("faster", 6, 5)
+    assert (result.verdict, result.a.n, result.b.n) == ("faster", 6, 6)  # windows of rounds
     assert 1.5 < result.speedup < 2.5

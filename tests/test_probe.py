@@ -60,16 +60,6 @@ def loader_batch_cost(num_workers: int = 0, **loader_kw) -> float:
     return (arrivals[-1] - arrivals[skip]) / (len(arrivals) - 1 - skip)
 
 
-@pytest.fixture
-def one_compute_thread():
-    """One torch thread in the main process: on 2 cores a second one spins between ops and
-    slows the workers (oversubscription, a lesson of its own), which no arithmetic predicts."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_known_answer_without_workers() -> None:
     truth = loader_batch_cost(sleep_s=0.002)  # 8 x 2 ms, plus what collating really costs
     probe = SpeedProbe(warmup=5)

@@ -60,8 +60,12 @@ def test_the_spread_of_a_run_with_workers_is_over_windows_of_whole_rounds() -> N
     one_by_one = run([0.0, 0.3] * 10, [0.1] * 20, knobs={"workers": 0}, warmup=0)
     assert one_by_one.throughput_summary.n == 20
     assert one_by_one.throughput_summary.iqr == pytest.approx(100 - 25)
-    # A short run keeps five windows: here of two steps.
+    # A short run keeps five windows: here of one round, two steps.
     assert run([0.0, 0.3] * 6, [0.1] * 12, knobs={"workers": 2}, warmup=0).throughput_summary.n == 6
+    # Three workers, one of them slow: windows of three steps hold one batch of each worker.
+    three = run([0.0, 0.0, 0.3] * 8, [0.1] * 24, knobs={"workers": 3}, warmup=0)
+    assert three.throughput_summary.n == 8
+    assert three.throughput_summary.iqr == pytest.approx(0.0)
 
 
 def test_round_trip_through_dict_and_json() -> None:
