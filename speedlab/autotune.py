@@ -12,15 +12,15 @@ Runs go through ``speedlab.runner`` like any sweep, so each is stored and shown 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import speedlab
 from speedlab.compare import MIN_EFFECT, Comparison, compare
 from speedlab.doctor import Finding, current_value, diagnose, diagnose_sweep, next_step
-from speedlab.knobs import KNOBS
+from speedlab.knobs import KnobError, as_list
 from speedlab.results import RunResult, SweepResult
 from speedlab.runner import merge_replicates, plan_sweep, run_sweep
 
@@ -44,19 +44,21 @@ class _Search:
         *,
         budget_s: float | None,
         steps: int | None,
+        time: float | None,
         warmup: int,
         live: bool,
         store: str | Path | bool | None,
         name: str,
     ) -> None:
-        self.train_fn, self.budget_s, self.steps, self.warmup = train_fn, budget_s, steps, warmup
+        self.train_fn, self.budget_s, self.warmup = train_fn, budget_s, warmup
+        self.steps, self.time = steps, time
         self.live, self.store, self.name = live, store, name
-        self.start = time.perf_counter()
+        self.start = perf_counter()
         self.run_seconds: list[float] = []
 
     def measure(self, knobs: dict[str, Any], repeat: int) -> RunResult:
         """Run the cell ``repeat`` times with these knobs; one merged RunResult."""
-        plain = {k: v for k, v in knobs.items() if k in KNOBS}
+        plain = {k: v for k, v in knobs.items() if not k.startswith("trainer.")}
         trainer = {
             k.removeprefix("trainer."): v for k, v in knobs.items() if k.startswith("trainer.")
         }
@@ -64,13 +66,14 @@ class _Search:
             plain,
             trainer=trainer,
             steps=self.steps,
+            time=self.time,
             warmup=self.warmup,
             repeat=repeat,
             name=f"{self.name}: {_label(knobs)}",
         )
-        began = time.perf_counter()
+        began = perf_counter()
         sweep = run_sweep(self.train_fn, spec, live=self.live, store=self.store)
-        self.run_seconds.append((time.perf_counter() - began) / repeat)
+        self.run_seconds.append((perf_counter() - began) / repeat)
         result = sweep.runs[-1]  # the cell's last fit is its training
         result.diagnosis = diagnose(result)
         return result
@@ -86,11 +89,28 @@ class _Search:
     def left(self) -> float:
         if self.budget_s is None:
             return float("inf")
-        return self.budget_s - (time.perf_counter() - self.start)
+        return self.budget_s - (perf_counter() - self.start)
 
     def affords(self, runs: int) -> bool:
         """Whether ``runs`` more runs (like the longest so far) fit in what is left."""
         return runs * max(self.run_seconds, default=0.0) <= self.left()
+
+
+def start_knobs(start: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The configuration a search starts from: one value per knob (a one-item list is that
+    value); ``trainer.KEY`` names another Trainer argument. Names and values are checked as
+    for any sweep, before the first run."""
+    knobs = {}
+    for key, value in (start or {}).items():
+        values = as_list(value)
+        if len(values) != 1:
+            shown = ",".join(str(v) for v in values) or "[]"
+            option = key.replace("_", "-")
+            if key.startswith("trainer."):
+                option, shown = "trainer", f"{key.removeprefix('trainer.')}={shown}"
+            raise KnobError(option, shown, "one value: autotune starts from one configuration")
+        knobs[key] = values[0]
+    return knobs
 
 
 def _knobs(run: RunResult) -> dict[str, Any]:
@@ -125,6 +145,8 @@ def autotune(
     *,
     budget_s: float | None = None,
     steps: int | None = None,
+    time: float | None = None,
+    start: Mapping[str, Any] | None = None,
     repeat: int = 1,
     warmup: int = 5,
     live: bool = False,
@@ -138,6 +160,10 @@ def autotune(
         budget_s: seconds for the whole search (None: no limit). A run is started only when
             a run as long as the longest so far still fits; the baseline always runs.
         steps: stop each run after this many training steps (as ``--steps``).
+        time: stop each run after this many seconds (as ``--time``).
+        start: knob values the search starts from, on top of the cell's own settings
+            (``{"workers": 2}``; other Trainer arguments as ``{"trainer.KEY": value}``).
+            None: the cell as written.
         repeat: runs per configuration (as ``--repeat``); close calls are repeated anyway.
         warmup: steps left out of the steady-state figures.
         live: show the live view of each run.
@@ -157,9 +183,16 @@ def autotune(
         print("\\n".join(result.notes))
     """
     search = _Search(
-        train_fn, budget_s=budget_s, steps=steps, warmup=warmup, live=live, store=store, name=name
+        train_fn,
+        budget_s=budget_s,
+        steps=steps,
+        time=time,
+        warmup=warmup,
+        live=live,
+        store=store,
+        name=name,
     )
-    baseline = search.measure({}, repeat)
+    baseline = search.measure(start_knobs(start), repeat)
     path, notes = [baseline], [f"Baseline: {baseline.summary_line()}."]
     current, tried = baseline, set()
     stop = "the doctor has nothing left to try" if baseline.ok else "the baseline failed"

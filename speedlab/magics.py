@@ -57,8 +57,8 @@ class SpeedlabMagics(Magics):
     @argument(
         "--autotune",
         action="store_true",
-        help="Let the doctor search for faster knobs from the cell's own settings "
-        f"(within {AUTOTUNE_BUDGET_S:.0f} s; --steps caps each run).",
+        help="Let the doctor search for faster knobs from the cell's own settings and the "
+        f"knob values given, one each (within {AUTOTUNE_BUDGET_S:.0f} s; --steps caps each run).",
     )
     @argument("-o", dest="output", action="store_true", help="Return the SweepResult.")
     @cell_magic
@@ -79,6 +79,7 @@ class SpeedlabMagics(Magics):
                ...: trainer = L.Trainer(max_epochs=1)
                ...: trainer.fit(model, data)
         """
+        from speedlab.autotune import autotune, start_knobs
         from speedlab.runner import plan_sweep, run_sweep, user_traceback
 
         args = parse_argstring(self.profile_train, line)
@@ -93,6 +94,12 @@ class SpeedlabMagics(Magics):
                 if getattr(args, name) is not None
             }
             trainer = dict(parse_trainer_option(text) for text in args.trainer)
+            # --autotune starts from one configuration: a list of values is refused here.
+            start = (
+                start_knobs(knobs | {f"trainer.{k}": v for k, v in trainer.items()})
+                if args.autotune
+                else {}
+            )
             spec = plan_sweep(
                 knobs,
                 trainer=trainer,
@@ -119,15 +126,16 @@ class SpeedlabMagics(Magics):
         if args.panel:
             return _show_panel(train, spec)
         if args.autotune:
-            from speedlab.autotune import autotune
-
             sweep = autotune(
                 train,
                 budget_s=AUTOTUNE_BUDGET_S,
                 steps=args.steps,
+                time=args.time,
+                start=start,
                 repeat=args.repeat,
                 warmup=args.warmup,
                 live=not args.no_live,
+                name=args.name or "autotune",
             )
         else:
             sweep = run_sweep(

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.autotune import autotune, keeps
+from speedlab.autotune import autotune, keeps, start_knobs
 from speedlab.compare import Comparison
 from speedlab.doctor import Finding
+from speedlab.knobs import KnobError
 from speedlab.labs import KnownCostModel, known_cost_loader
 from speedlab.labs.known_cost import exact_sleep
 from speedlab.results import RunResult, SweepResult
@@ -139,3 +140,37 @@ def test_fewer_workers_are_kept_when_as_fast_and_nothing_else_is() -> None:
     assert keeps(comparison(1.03, False), preload, current) is None
     assert keeps(comparison(0.5, True), fewer, current) is None
     assert keeps(comparison(2.0, True), preload, current) == "faster"
+
+
+@pytest.mark.parametrize(
+    ("start", "knobs"),
+    [
+        (None, {}),
+        ({"workers": 2, "preload": ["ram"]}, {"workers": 2, "preload": "ram"}),
+        ({"trainer.max_epochs": (3,)}, {"trainer.max_epochs": 3}),
+    ],
+)
+def test_the_start_is_one_value_per_knob(start: Any, knobs: dict[str, Any]) -> None:
+    assert start_knobs(start) == knobs
+
+
+@pytest.mark.parametrize(
+    ("start", "message"),
+    [
+        ({"pin_memory": [True, False]}, "--pin-memory True,False: not allowed. Expected one value"),
+        ({"trainer.max_epochs": [1, 2]}, "--trainer max_epochs=1,2: not allowed. Expected one"),
+        ({"workers": []}, "--workers []: not allowed. Expected one value"),
+    ],
+)
+def test_a_start_with_several_values_is_refused(start: dict[str, Any], message: str) -> None:
+    with pytest.raises(KnobError) as info:
+        start_knobs(start)
+    assert str(info.value).startswith(message)
+    assert str(info.value).endswith("autotune starts from one configuration.")
+
+
+def test_a_bad_start_value_is_refused_before_the_baseline_runs() -> None:
+    ran = []
+    with pytest.raises(KnobError, match="--workers -1: not allowed"):
+        autotune(lambda: ran.append(1), start={"workers": -1}, store=False)
+    assert not ran

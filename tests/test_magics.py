@@ -148,3 +148,39 @@ def test_line_magics(shell, capsys) -> None:
         shell.run_line_magic("speedlab", "frobnicate")
     with pytest.raises(UsageError, match="--explain warp"):
         shell.run_line_magic("speedlab", "explain warp")
+
+
+def test_autotune_starts_from_the_values_given_and_returns_its_path(shell) -> None:
+    tuned = shell.run_cell_magic(
+        "profile_train",
+        "--autotune --workers 0 --steps 10 --name tuned --no-live -o",
+        KNOWN_COST_CELL,
+    )
+    assert tuned.runs[0].knobs == {"workers": 0} and tuned.name == "tuned"
+    assert tuned.notes[0].startswith("Baseline: ")
+    assert tuned.notes[1].startswith("Step 1: io_bound: ") and "Tried workers=2" in tuned.notes[1]
+    # --steps caps every run (a larger batch may end the cell's one epoch sooner)
+    assert tuned.runs[0].steps == 10 and all(run.steps <= 10 for run in tuned.runs)
+    assert speedlab.last is tuned
+
+
+def test_autotune_refuses_a_list_of_values_before_training(shell) -> None:
+    with pytest.raises(UsageError) as info:
+        shell.run_cell_magic("profile_train", "--autotune --workers 0,2", "ran = True\n")
+    assert str(info.value) == (
+        "--workers 0,2: not allowed. Expected one value: autotune starts from one configuration."
+    )
+    assert "ran" not in shell.user_ns
+
+
+def test_doctor_prints_the_findings_and_the_line_to_run_next(shell, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(speedlab, "last", None)
+    with pytest.raises(UsageError, match="nothing profiled yet"):
+        shell.run_line_magic("speedlab", "doctor")
+    shell.run_cell_magic("profile_train", "--steps 12 --no-live", KNOWN_COST_CELL)
+    capsys.readouterr()
+    shell.run_line_magic("speedlab", "doctor")
+    out = capsys.readouterr().out
+    assert out.startswith("[info] verdict: ")
+    assert "io_bound: " in out
+    assert out.rstrip().endswith("Try next:\n%%profile_train --workers 0,2 --steps 12")
