@@ -14,19 +14,13 @@ from speedlab.autotune import autotune, keeps, start_knobs
 from speedlab.compare import Comparison
 from speedlab.doctor import Finding
 from speedlab.knobs import KnobError
-from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.labs.known_cost import exact_sleep
 from speedlab.results import RunResult, SweepResult
 from speedlab.stats import summarize
 from speedlab.system import usable_cores
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
 
 def slow_reads() -> None:

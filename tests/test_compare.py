@@ -16,16 +16,10 @@ import torch
 import speedlab
 from speedlab.compare import compare
 from speedlab.doctor import diagnose_sweep
-from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.results import SweepResult
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
 
 def known_cost(step_s: float = 0.02, **data) -> Callable[[], None]:

@@ -30,6 +30,7 @@ from speedlab.doctor import (
     waiting_share,
 )
 from speedlab.labs import (
+    QUIET_TRAINER,
     KnownCostDataset,
     KnownCostModel,
     ThrottledOpener,
@@ -42,14 +43,7 @@ from speedlab.lint import lint
 from speedlab.probe import SpeedProbe
 from speedlab.results import RunResult, SweepResult, empty_records
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-)
+QUIET = dict(accelerator="cpu", num_sanity_val_steps=0, **QUIET_TRAINER)
 IMAGES = {"n": 400, "size": 32}
 
 

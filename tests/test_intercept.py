@@ -17,13 +17,15 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from speedlab.intercept import Intercept, RunControls
 from speedlab.knobs import Knobs
-from speedlab.labs import KnownCostDataset, KnownCostModel, ShapesDataset, make_shapes
+from speedlab.labs import (
+    QUIET_TRAINER,
+    KnownCostDataset,
+    KnownCostModel,
+    ShapesDataset,
+    make_shapes,
+)
 from speedlab.loaders import WorkerSetupError, rebuild_loader, worker_context
 from speedlab.preload import PreloadError, preload_ram, preload_shm
-
-QUIET = dict(
-    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
-)
 
 
 def collate(batch):
@@ -32,7 +34,7 @@ def collate(batch):
 
 
 def fit_known_cost(steps: int = 12, **loader_kw) -> pl.Trainer:
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", **QUIET)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", **QUIET_TRAINER)
     loader = DataLoader(
         KnownCostDataset(400), batch_size=8, shuffle=True, collate_fn=collate, **loader_kw
     )
@@ -123,7 +125,9 @@ def test_datamodule_loader_is_rebuilt(lab_cache: Path) -> None:
 
     model, data = image_lab(n=200, size=32)
     with Intercept(Knobs(batch_size=5), RunControls(steps=3)) as run:
-        pl.Trainer(max_steps=10, accelerator="cpu", limit_val_batches=0, **QUIET).fit(model, data)
+        pl.Trainer(max_steps=10, accelerator="cpu", limit_val_batches=0, **QUIET_TRAINER).fit(
+            model, data
+        )
     assert set(run.fits[0].probe.result().records["samples"]) == {5}
     assert "train_dataloader" not in vars(data)
 
@@ -141,7 +145,7 @@ def test_global_state_restored_after_an_error_in_training() -> None:
         Intercept(Knobs(matmul="medium", workers=2)) as run,
     ):
         assert torch.get_float32_matmul_precision() == "medium"
-        trainer = pl.Trainer(max_steps=5, accelerator="cpu", **QUIET)
+        trainer = pl.Trainer(max_steps=5, accelerator="cpu", **QUIET_TRAINER)
         trainer.fit(Failing(), DataLoader(KnownCostDataset(100), batch_size=4))
     assert torch.get_float32_matmul_precision() == before
     assert signal.getsignal(signal.SIGINT) == sigint
@@ -172,7 +176,7 @@ def test_two_trainers_in_one_cell_are_each_measured() -> None:
 
 
 def test_trainer_built_before_the_run_is_measured_too() -> None:
-    trainer = pl.Trainer(max_steps=4, accelerator="cpu", **QUIET)
+    trainer = pl.Trainer(max_steps=4, accelerator="cpu", **QUIET_TRAINER)
     with Intercept(Knobs()) as run:
         trainer.fit(KnownCostModel(step_s=0.001), DataLoader(KnownCostDataset(100), batch_size=4))
     assert run.fits[0].probe.result().steps == 4

@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import pytest
 
 from speedlab import live
-from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.live import (
     WINDOW,
     LiveView,
@@ -28,13 +28,7 @@ from speedlab.results import empty_records
 from speedlab.runner import plan_sweep, run_sweep
 from speedlab.system import SystemSample
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
 
 def records_of(steps: int, data_s: float = 0.002, batch_s: float = 0.008, samples: int = 8) -> dict:

@@ -16,16 +16,10 @@ from IPython.core.error import UsageError
 import speedlab
 from speedlab.intercept import RunControls
 from speedlab.knobs import KNOBS, Knobs, explain
-from speedlab.labs import KnownCostModel, known_cost_loader
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.panel import Panel, hardware_limits
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
 
 def train_fn(threads: list[str] | None = None, epochs: int = 1):

@@ -13,19 +13,13 @@ from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, SequentialSampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from speedlab.labs import KnownCostDataset, KnownCostModel, known_cost_loader
+from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel, known_cost_loader
 from speedlab.pipeline import PIPELINE_KEYS, Stamped, StampedDataLoader
 from speedlab.plots import epoch_starts, main_spans, overlap, worker_spans
 from speedlab.results import RunResult
 from speedlab.runner import profile_train
 
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
 _SEEN_INIT: dict[str, int] = {}
 

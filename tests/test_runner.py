@@ -14,17 +14,13 @@ from torch.utils.data import DataLoader
 
 import speedlab
 from speedlab.knobs import KnobError
-from speedlab.labs import KnownCostDataset, KnownCostModel
+from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
 from speedlab.runner import profile_train
 from speedlab.store import history
 
-QUIET = dict(
-    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
-)
-
 
 def train_known_cost(model: pl.LightningModule | None = None, *, sleep_s: float = 0.002) -> None:
-    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
     loader = DataLoader(KnownCostDataset(2000, sleep_s=sleep_s), batch_size=8)
     trainer.fit(model or KnownCostModel(step_s=0.004), loader)
 
