@@ -324,6 +324,7 @@ def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
         wall_time=max(r.wall_time for r in results),
         device=results[0].device,
         ranks=ranks,
+        host_syncs=results[0].host_syncs,
     )
 
 

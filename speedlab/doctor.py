@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from speedlab.compare import NOISY_IQR, Comparison, compare, other_processes_cores, run_cores
 from speedlab.knobs import KNOBS
 from speedlab.results import RunResult, SweepResult
+from speedlab.syncs import LIBRARY_DIRS, in_library
 
 if TYPE_CHECKING:
     from speedlab.lint import LintFinding
@@ -92,6 +93,8 @@ STRAGGLER_FACTOR = 2.0
 others (median times from the workers' batch stamps, ``records["pipeline"]``)."""
 STRAGGLER_MIN_S = 0.002
 """...and at least this much longer (smaller gaps are scheduling noise)."""
+SYNC_PLACES_SHOWN = 3
+"""Source lines named in a measured host_sync finding, most syncs first."""
 STEPS_FOR_FIGURES = 5
 """Fewest steady steps before the figure-based rules say anything about a run."""
 
@@ -591,8 +594,9 @@ def _model_bound(run: RunResult) -> list[Finding]:
 
 
 def _host_sync(run: RunResult, lint_findings: Sequence[LintFinding]) -> list[Finding]:
+    """What the GPU run measured (``run.host_syncs``), then what the lint read in the source."""
     on_gpu = run.device != "cpu"
-    findings = []
+    findings = _measured_syncs(run)
     for lf in lint_findings:
         sync = lf.rule in _SYNC_RULES
         evidence = f"Line {lf.line} of {lf.method} ({lf.file}): `{lf.code}`. {lf.message}"
@@ -605,6 +609,47 @@ def _host_sync(run: RunResult, lint_findings: Sequence[LintFinding]) -> list[Fin
         severity = "warn" if on_gpu or not sync else "info"
         findings.append(Finding("host_sync", evidence, advice, None, severity))
     return findings
+
+
+def _measured_syncs(run: RunResult) -> list[Finding]:
+    watched = run.host_syncs
+    lines = watched.get("lines") or []
+    if not lines:
+        return []
+    steps = watched["steps"]
+    per_step = sum(entry["count"] for entry in lines) / steps
+    where = ", ".join(
+        f"{_source_place(e['file'], e['line'])} ({e['count'] / steps:.3g} a step)"
+        for e in lines[:SYNC_PLACES_SHOWN]
+    )
+    more = len(lines) - SYNC_PLACES_SHOWN
+    evidence = (
+        f"Measured on the GPU over {steps} warm-up step(s) with "
+        f"torch.cuda.set_sync_debug_mode: {per_step:.3g} synchronizing CUDA operation(s) a step, "
+        f"at {where}" + (f" and {more} more place(s)." if more > 0 else ".")
+    )
+    yours = any(not in_library(e["file"]) for e in lines)
+    advice = (
+        "Each one makes the CPU wait until the GPU has finished all queued work, and the GPU "
+        "then idles while the CPU catches up. "
+        + (
+            "In your code: keep values on the device (self.log(loss) rather than loss.item()), "
+            "make tensors with device=self.device, and print no tensors in the step; "
+            "speedlab.lint(model) names the pattern on each line. "
+            if yours
+            else ""
+        )
+        + "Syncs inside torch or Lightning come from a setting: 16-mixed's gradient scaler "
+        "checks for inf once a step (bf16-mixed needs no scaler)."
+    )
+    return [Finding("host_sync", evidence, advice, None, "warn" if yours else "info")]
+
+
+def _source_place(file: str, line: int) -> str:
+    """``file:line``, an installed package's file from its package folder on."""
+    parts = Path(file).parts
+    start = max((i + 1 for i, part in enumerate(parts) if part in LIBRARY_DIRS), default=0)
+    return f"{Path(*parts[start:]) if start else file}:{line}"
 
 
 _WORKERS_DIED = ("exited unexpectedly", "bus error", "shared memory", "shm")

@@ -9,6 +9,7 @@ callback hooks around them:
 - data_time: from the fetch start to ``on_train_batch_start`` (loader wait + host-to-device
   transfer); for the first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
 - batch_time: the ``run_training_batch`` span; on CUDA, from events read a few steps later.
+  On CUDA, a few warm-up spans also count the host syncs made in them (``speedlab.syncs``).
 - wall: from this step's start to the next one's, validation excluded.
 
 The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
@@ -26,6 +27,7 @@ from typing_extensions import override
 from speedlab._compat import callback_bases
 from speedlab.distributed import RankRecorder
 from speedlab.results import RunResult, empty_records
+from speedlab.syncs import SyncWatch
 from speedlab.system import SystemSampler
 
 FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
@@ -140,6 +142,7 @@ class _SpeedProbeCore:
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._cuda: _CudaTimer | None = None
+        self._syncs: SyncWatch | None = None
         self._trainer = trainer
         self._active = True
 
@@ -159,15 +162,17 @@ class _SpeedProbeCore:
             if action == fetch:
                 self._on_fetch_start()
             elif action == batch:
-                self._batch_start = _perf()
                 if self._cuda is not None:
+                    self._syncs.enter(len(self.records["batch_time"]))
                     self._cuda.start()
+                self._batch_start = _perf()
 
         def probe_stop(action: str) -> None:
             if action == batch:
                 self._batch_end = _perf()
                 if self._cuda is not None:
                     self._cuda.stop(len(self.records["batch_time"]))
+                    self._syncs.exit()
             if not silent:
                 stop(action)
 
@@ -192,6 +197,7 @@ class _SpeedProbeCore:
         self._close_step(_perf())
         self._detach()
         if self._cuda is not None:
+            self._syncs.exit()  # the debug mode back as it was, if a watched step was cut short
             self._cuda.resolve(self.records["batch_time"], wait=True)
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
@@ -238,6 +244,7 @@ class _SpeedProbeCore:
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
             self._cuda = _CudaTimer()
+            self._syncs = SyncWatch(self.warmup)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -338,6 +345,7 @@ class _SpeedProbeCore:
             notes=notes,
             wall_time=_perf() - self._t0,
             device=getattr(self, "device", "cpu"),
+            host_syncs=self._syncs.result() if self._syncs is not None else {},
         )
 
     @property

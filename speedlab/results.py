@@ -43,6 +43,8 @@ class RunResult:
     callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are medians over steps
     in the ``steady`` phase. ``records["pipeline"]``, when present, holds the DataLoader workers'
     batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.pipeline).
+    ``host_syncs``, on a GPU, counts the synchronizing CUDA operations of a few warm-up steps
+    per source line (``{"steps": n, "lines": [{"file", "line", "count"}]}``; speedlab.syncs).
     """
 
     knobs: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +62,7 @@ class RunResult:
     diagnosis: list[Any] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     replicates: list[RunResult] = field(default_factory=list)
+    host_syncs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -237,6 +240,7 @@ class RunResult:
             "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
             "ranks": self.ranks,
             "replicates": [r.to_dict(records=records) for r in self.replicates],
+            "host_syncs": self.host_syncs,
         }
         if records:
             out["records"] = self.records
@@ -261,6 +265,7 @@ class RunResult:
             diagnosis=list(data.get("diagnosis", [])),
             ranks=list(data.get("ranks", [])),
             replicates=[cls.from_dict(r) for r in data.get("replicates", [])],
+            host_syncs=dict(data.get("host_syncs", {})),
         )
 
 

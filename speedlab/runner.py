@@ -12,7 +12,7 @@ import multiprocessing
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -186,21 +186,11 @@ def merge_replicates(replicates: list[RunResult]) -> RunResult:
     )
     notes = list(dict.fromkeys(n for r in replicates for n in r.notes))
     errors = [r.error for r in replicates if r.error]
-    return RunResult(
-        knobs=middle.knobs,
-        records=middle.records,
-        phases=middle.phases,
-        system=middle.system,
-        final_loss=middle.final_loss,
-        losses=middle.losses,
+    return replace(
+        middle,
         error=errors[0] if len(errors) == len(replicates) else None,
         notes=notes
         + ([f"{len(errors)} of {len(replicates)} repeats failed: {errors[0]}"] if errors else []),
-        wall_time=middle.wall_time,
-        device=middle.device,
-        workload=middle.workload,
-        ranks=middle.ranks,
-        diagnosis=middle.diagnosis,
         replicates=replicates,
     )
 

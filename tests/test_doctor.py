@@ -315,6 +315,40 @@ def test_lint_findings_become_host_sync_findings_with_the_line() -> None:
     assert "host_sync" not in kinds(diagnose(run))
 
 
+GRAD_SCALER = "/venv/lib/python3.11/site-packages/torch/amp/grad_scaler.py"
+
+
+@pytest.mark.parametrize(
+    ("lines", "severity", "evidence"),
+    [
+        (
+            [
+                {"file": "/home/me/train.py", "line": 42, "count": 6},
+                {"file": GRAD_SCALER, "line": 300, "count": 3},
+            ],
+            "warn",
+            "3 synchronizing CUDA operation(s) a step, at /home/me/train.py:42 (2 a step), "
+            "torch/amp/grad_scaler.py:300 (1 a step).",
+        ),
+        (
+            [{"file": GRAD_SCALER, "line": 300, "count": 3}],
+            "info",
+            "1 synchronizing CUDA operation(s)",
+        ),
+    ],
+)
+def test_syncs_measured_on_a_gpu_are_host_sync_findings_with_their_places(
+    lines: list, severity: str, evidence: str
+) -> None:
+    # What SpeedProbe records on a GPU (tests/test_syncs.py measures it there).
+    run = RunResult(device="cuda", host_syncs={"steps": 3, "lines": lines})
+    found = the(diagnose(run), "host_sync")
+    assert found.evidence.startswith("Measured on the GPU over 3 warm-up step(s)")
+    assert evidence in found.evidence and found.severity == severity
+    assert ("In your code" in found.advice) == (severity == "warn")
+    assert "host_sync" not in kinds(diagnose(RunResult(device="cuda")))
+
+
 @pytest.fixture
 def spawn_by_default():
     """Workers start with spawn, as on macOS and Windows."""

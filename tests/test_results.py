@@ -72,6 +72,7 @@ def test_round_trip_through_dict_and_json() -> None:
     r = run([0.1, 0.2, 0.3], [0.3, 0.3, 0.3], knobs={"workers": 2})
     r.notes.append("a note")
     r.phases = {"setup": 1.5}
+    r.host_syncs = {"steps": 3, "lines": [{"file": "train.py", "line": 7, "count": 3}]}
     back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back.to_dict() == r.to_dict()
     assert back.samples_per_s == r.samples_per_s
