@@ -83,6 +83,16 @@ class Comparison:
         return f"{self.speedup:.2f}x, {self.verdict} ({spread})"
 
 
+def spread_warning(throughput: Summary) -> str | None:
+    """What to say of a throughput spread wider than ``NOISY_IQR`` of its median; else None."""
+    if not throughput.relative_iqr > NOISY_IQR:
+        return None
+    return (
+        f"the interquartile range is {throughput.relative_iqr:.0%} of the median; other work on "
+        "the machine may have disturbed the run."
+    )
+
+
 def compare(a: RunResult, b: RunResult) -> Comparison:
     """Compare b with a: speedup, and whether it is beyond noise (see ``Comparison``)."""
     sa, sb = a.throughput_summary, b.throughput_summary
@@ -91,11 +101,8 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
     warnings = []
     for run, s in ((a, sa), (b, sb)):
         name = run.label() if run.knobs else "the cell's own settings"
-        if s.relative_iqr > NOISY_IQR:
-            warnings.append(
-                f"{name}: the interquartile range is {s.relative_iqr:.0%} of the median; other "
-                "work on the machine may have disturbed the run."
-            )
+        if noisy := spread_warning(s):
+            warnings.append(f"{name}: {noisy}")
         if s.n < MIN_STEPS:
             warnings.append(f"{name}: only {s.n} measurements, too few to tell.")
     if not (a.replicates and b.replicates):

@@ -317,10 +317,15 @@ class SweepResult:
         return max(done, key=lambda r: r.samples_per_s, default=None)
 
     def table(self) -> Table:
+        """One row per run: throughput, its speedup over the baseline and whether that is
+        beyond noise (``speedlab.compare``), the medians, the system figures and the notes."""
+        from speedlab.compare import compare, spread_warning  # lazy: compare imports this module
+
         columns = [
             "run",
             "samples/s",
             "speedup",
+            "vs baseline",
             "data_time ms",
             "batch_time ms",
             "data share",
@@ -335,18 +340,27 @@ class SweepResult:
             rate = fmt(run.samples_per_s, ".1f")
             if run.replicates:
                 rate += f" ±{fmt(spread.iqr / 2, '.1f')}"
+            versus = "-"
+            if run is not self.baseline and run.speedup is not None:
+                versus = compare(self.baseline, run).verdict
+            noisy = spread_warning(spread)
             rows.append(
                 [
                     run.label(self.baseline),
                     rate,
                     fmt(run.speedup, ".2f", suffix="x"),
+                    versus,
                     fmt(run.data_time, ".2f", scale=1e3),
                     fmt(run.batch_time, ".2f", scale=1e3),
                     fmt(run.data_share, ".0%"),
                     fmt(run.system.get("cpu_percent"), ".0f"),
                     fmt(run.system.get("peak_rss_bytes"), ".0f", scale=1e-6),
                     fmt(run.final_loss, ".3f"),
-                    "; ".join(([f"error: {run.error}"] if run.error else []) + run.notes),
+                    "; ".join(
+                        ([f"error: {run.error}"] if run.error else [])
+                        + ([f"noisy: {noisy}"] if noisy else [])
+                        + run.notes
+                    ),
                 ]
             )
         return Table(columns, rows, caption=self.name or "")

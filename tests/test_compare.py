@@ -42,11 +42,14 @@ def test_two_identical_configurations_are_within_noise() -> None:
     assert 0.8 < result.speedup < 1.25
     [verdict] = [f for f in diagnose_sweep(sweep) if f.kind == "verdict"]
     assert verdict.evidence.startswith("No run beat the baseline beyond noise")
+    assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
 
 
 def test_a_real_2x_change_is_significant_both_ways() -> None:
-    small, large = profile(known_cost(batch_size=8), batch_size=[8, 16], steps=15).runs
+    sweep = profile(known_cost(batch_size=8), batch_size=[8, 16], steps=15)
+    small, large = sweep.runs
     faster = compare(small, large)
+    assert [row[3] for row in sweep.table().rows] == ["-", "faster"]
     assert (faster.significant, faster.verdict) == (True, "faster")
     assert 1.5 < faster.speedup < 3
     assert faster.a.n >= 5  # single runs: their steady steps
