@@ -46,7 +46,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import speedlab
-from speedlab.autotune import autotune
+from speedlab.autotuner import autotune
 from speedlab.compare import other_processes_cores
 from speedlab.doctor import CONTENDED_CORES, diagnose
 from speedlab.knobs import DATA_KNOBS, Knobs

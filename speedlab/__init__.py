@@ -28,12 +28,12 @@ _LAZY = {
     "Knobs": "speedlab.knobs",
     "explain": "speedlab.knobs",
     "profile_train": "speedlab.runner",
-    "autotune": "speedlab.autotune",
+    "autotune": "speedlab.autotuner",
     "Finding": "speedlab.doctor",
     "diagnose": "speedlab.doctor",
     "history": "speedlab.store",
-    "lint": "speedlab.lint",
-    "LintFinding": "speedlab.lint",
+    "lint": "speedlab.linter",
+    "LintFinding": "speedlab.linter",
     "SystemSampler": "speedlab.system",
     "system_info": "speedlab.system",
 }
@@ -45,10 +45,10 @@ last: Any = None
 
 if TYPE_CHECKING:
     from speedlab import labs
-    from speedlab.autotune import autotune
+    from speedlab.autotuner import autotune
     from speedlab.doctor import Finding, diagnose
     from speedlab.knobs import Knobs, explain
-    from speedlab.lint import LintFinding, lint
+    from speedlab.linter import LintFinding, lint
     from speedlab.probe import SpeedProbe
     from speedlab.results import RunResult, SweepResult
     from speedlab.runner import profile_train
@@ -61,7 +61,8 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("speedlab.labs")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-        # Importing speedlab.lint set the package's `lint` to the module: the function wins.
+        # Kept, so later lookups find it without this function. (No submodule shares a public
+        # name: importing it would set the package attribute to the module.)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'speedlab' has no attribute {name!r}")

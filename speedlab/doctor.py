@@ -29,7 +29,7 @@ from speedlab.results import RunResult, SweepResult
 from speedlab.syncs import LIBRARY_DIRS, in_library
 
 if TYPE_CHECKING:
-    from speedlab.lint import LintFinding
+    from speedlab.linter import LintFinding
 
 __all__ = [
     "KINDS",

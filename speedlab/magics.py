@@ -79,7 +79,7 @@ class SpeedlabMagics(Magics):
                ...: trainer = L.Trainer(max_epochs=1)
                ...: trainer.fit(model, data)
         """
-        from speedlab.autotune import autotune, start_knobs
+        from speedlab.autotuner import autotune, start_knobs
         from speedlab.runner import plan_sweep, run_sweep, user_traceback
 
         args = parse_argstring(self.profile_train, line)

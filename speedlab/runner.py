@@ -155,7 +155,7 @@ def run_once(
 
 def _lint(model: Any) -> list[Any]:
     """The lint of the fitted model, or nothing when its source cannot be read."""
-    from speedlab.lint import LintError, lint
+    from speedlab.linter import LintError, lint
 
     if model is None:
         return []

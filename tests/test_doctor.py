@@ -39,7 +39,7 @@ from speedlab.labs import (
     known_cost_loader,
     tabular_lab,
 )
-from speedlab.lint import lint
+from speedlab.linter import lint
 from speedlab.probe import SpeedProbe
 from speedlab.results import RunResult, SweepResult, empty_records
 

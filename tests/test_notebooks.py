@@ -35,7 +35,9 @@ def lesson(name: str, probe: str):
 def _quickstart(f: dict) -> None:
     assert f["steps"] == 40
     data0, data1 = f["data"]
-    assert data1 < data0 / 2  # one worker takes the loading off the main process
+    # One worker takes the loading off the main process: typically a fifth of the wait is left
+    # here, once half (CI, the machine busy elsewhere) when its hand-over had to wait for a core.
+    assert data1 < 0.75 * data0
 
 
 @lesson(

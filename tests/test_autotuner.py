@@ -1,4 +1,4 @@
-"""speedlab.autotune: a real search from the baseline, one knob at a time, within a budget."""
+"""speedlab.autotuner: a real search from the baseline, one knob at a time, within a budget."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.autotune import autotune, keeps, start_knobs
+from speedlab.autotuner import autotune, keeps, start_knobs
 from speedlab.compare import Comparison
 from speedlab.doctor import Finding
 from speedlab.knobs import KnobError

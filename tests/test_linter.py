@@ -1,4 +1,4 @@
-"""Tests for speedlab.lint: each rule flags its pattern in per-step code and nothing else."""
+"""Tests for speedlab.linter: each rule flags its pattern in per-step code and nothing else."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from speedlab.lint import RULES, LintError, LintFinding, lint
+from speedlab.linter import RULES, LintError, LintFinding, lint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -386,5 +386,5 @@ def test_cell_magic_that_keeps_no_source_raises_lint_error(shell):
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, speedlab.lint; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, speedlab.linter; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=ROOT)
