@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from speedlab.compare import NOISY_IQR, Comparison, compare, other_processes_cores, run_cores
 from speedlab.knobs import KNOBS
 from speedlab.results import RunResult, SweepResult
-from speedlab.syncs import LIBRARY_DIRS, in_library
+from speedlab.syncs import in_library, source_place
 
 if TYPE_CHECKING:
     from speedlab.linter import LintFinding
@@ -619,7 +619,7 @@ def _measured_syncs(run: RunResult) -> list[Finding]:
     steps = watched["steps"]
     per_step = sum(entry["count"] for entry in lines) / steps
     where = ", ".join(
-        f"{_source_place(e['file'], e['line'])} ({e['count'] / steps:.3g} a step)"
+        f"{source_place(e['file'], e['line'])} ({e['count'] / steps:.3g} a step)"
         for e in lines[:SYNC_PLACES_SHOWN]
     )
     more = len(lines) - SYNC_PLACES_SHOWN
@@ -643,13 +643,6 @@ def _measured_syncs(run: RunResult) -> list[Finding]:
         "checks for inf once a step (bf16-mixed needs no scaler)."
     )
     return [Finding("host_sync", evidence, advice, None, "warn" if yours else "info")]
-
-
-def _source_place(file: str, line: int) -> str:
-    """``file:line``, an installed package's file from its package folder on."""
-    parts = Path(file).parts
-    start = max((i + 1 for i, part in enumerate(parts) if part in LIBRARY_DIRS), default=0)
-    return f"{Path(*parts[start:]) if start else file}:{line}"
 
 
 _WORKERS_DIED = ("exited unexpectedly", "bus error", "shared memory", "shm")

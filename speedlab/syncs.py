@@ -23,14 +23,21 @@ SYNC_MESSAGE = "synchronizing CUDA operation"
 WATCH_STEPS = 3
 """Warm-up steps watched, from the second: the first step makes one-off syncs (the optimizer's
 state, cuDNN's autotuning) that say nothing about the steps after it."""
-LIBRARY_DIRS = frozenset({"site-packages", "dist-packages"})
-"""Folders whose files belong to installed packages."""
+_LIBRARY_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
 def in_library(path: str) -> bool:
     """Whether a source file belongs to an installed package (torch, Lightning, ...), not to
     the user's own code."""
-    return not LIBRARY_DIRS.isdisjoint(Path(path).parts)
+    return not _LIBRARY_DIRS.isdisjoint(Path(path).parts)
+
+
+def source_place(path: str, line: int) -> str:
+    """``path:line``, an installed package's file from its package folder on
+    (``torch/amp/grad_scaler.py:300``)."""
+    parts = Path(path).parts
+    start = max((i + 1 for i, part in enumerate(parts) if part in _LIBRARY_DIRS), default=0)
+    return f"{Path(*parts[start:]) if start else path}:{line}"
 
 
 class SyncWatch:
