@@ -46,10 +46,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import speedlab
-from speedlab.autotuner import autotune
-from speedlab.compare import other_processes_cores
-from speedlab.doctor import CONTENDED_CORES, diagnose
-from speedlab.knobs import DATA_KNOBS, Knobs
+from speedlab.analysis.doctor import CONTENDED_CORES, diagnose
 from speedlab.labs import (
     QUIET_TRAINER,
     ShapesDataset,
@@ -57,8 +54,11 @@ from speedlab.labs import (
     image_lab,
     make_shapes,
 )
-from speedlab.loaders import rebuild_loader, shutdown_loader
-from speedlab.preload import preload
+from speedlab.results.compare import other_processes_cores
+from speedlab.run.autotuner import autotune
+from speedlab.run.knobs import DATA_KNOBS, Knobs
+from speedlab.run.loaders import rebuild_loader, shutdown_loader
+from speedlab.run.preload import preload
 
 THROTTLE = ThrottledOpener(bytes_per_s=2e6, latency_s=0.002)
 """Slow storage: 2 ms before the first byte of each file, then 2 MB/s (about 3 ms a file)."""

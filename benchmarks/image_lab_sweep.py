@@ -10,7 +10,7 @@ import argparse
 import lightning.pytorch as pl
 
 from speedlab.labs import QUIET_TRAINER, image_lab
-from speedlab.runner import profile_train
+from speedlab.run.sweep import profile_train
 
 
 def train() -> None:

@@ -37,8 +37,8 @@ import lightning.pytorch as pl
 import torch
 
 from speedlab.labs import QUIET_TRAINER, tabular_lab
-from speedlab.live import LiveView, NotebookView, TerminalView
-from speedlab.runner import plan_sweep, run_sweep
+from speedlab.notebook.live import LiveView, NotebookView, TerminalView
+from speedlab.run.sweep import plan_sweep, run_sweep
 
 TARGET = 1.01
 WARMUP = 20

@@ -33,7 +33,7 @@ from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, tabular_lab
-from speedlab.probe import SpeedProbe
+from speedlab.measure.probe import SpeedProbe
 
 ARMS = ("bare", "bare-again", "speedprobe", "simpleprofiler")
 LABS = ("MLP lab", "zero-cost step")

@@ -23,9 +23,9 @@ import lightning.pytorch as pl
 import torch
 
 import speedlab
-from speedlab.distributed import processes_of, scaling
 from speedlab.labs import QUIET_TRAINER, image_lab, tabular_lab
-from speedlab.system import usable_cores
+from speedlab.measure.ranks import processes_of, scaling
+from speedlab.measure.system import usable_cores
 
 QUIET = dict(
     accelerator="cpu",

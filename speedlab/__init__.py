@@ -22,20 +22,20 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it; loaded on first access
 _LAZY = {
-    "SpeedProbe": "speedlab.probe",
-    "RunResult": "speedlab.results",
-    "SweepResult": "speedlab.results",
-    "Knobs": "speedlab.knobs",
-    "explain": "speedlab.knobs",
-    "profile_train": "speedlab.runner",
-    "autotune": "speedlab.autotuner",
-    "Finding": "speedlab.doctor",
-    "diagnose": "speedlab.doctor",
-    "history": "speedlab.store",
-    "lint": "speedlab.linter",
-    "LintFinding": "speedlab.linter",
-    "SystemSampler": "speedlab.system",
-    "system_info": "speedlab.system",
+    "SpeedProbe": "speedlab.measure.probe",
+    "RunResult": "speedlab.results.run",
+    "SweepResult": "speedlab.results.run",
+    "Knobs": "speedlab.run.knobs",
+    "explain": "speedlab.run.knobs",
+    "profile_train": "speedlab.run.sweep",
+    "autotune": "speedlab.run.autotuner",
+    "Finding": "speedlab.analysis.doctor",
+    "diagnose": "speedlab.analysis.doctor",
+    "history": "speedlab.results.store",
+    "lint": "speedlab.analysis.linter",
+    "LintFinding": "speedlab.analysis.linter",
+    "SystemSampler": "speedlab.measure.system",
+    "system_info": "speedlab.measure.system",
 }
 
 __all__ = [*_LAZY, "labs", "last", "load_ipython_extension", "unload_ipython_extension"]
@@ -45,15 +45,15 @@ last: Any = None
 
 if TYPE_CHECKING:
     from speedlab import labs
-    from speedlab.autotuner import autotune
-    from speedlab.doctor import Finding, diagnose
-    from speedlab.knobs import Knobs, explain
-    from speedlab.linter import LintFinding, lint
-    from speedlab.probe import SpeedProbe
-    from speedlab.results import RunResult, SweepResult
-    from speedlab.runner import profile_train
-    from speedlab.store import history
-    from speedlab.system import SystemSampler, system_info
+    from speedlab.analysis.doctor import Finding, diagnose
+    from speedlab.analysis.linter import LintFinding, lint
+    from speedlab.measure.probe import SpeedProbe
+    from speedlab.measure.system import SystemSampler, system_info
+    from speedlab.results.run import RunResult, SweepResult
+    from speedlab.results.store import history
+    from speedlab.run.autotuner import autotune
+    from speedlab.run.knobs import Knobs, explain
+    from speedlab.run.sweep import profile_train
 
 
 def __getattr__(name: str) -> Any:
@@ -74,7 +74,7 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext speedlab``: register ``%%profile_train`` and ``%speedlab``."""
-    from speedlab.magics import SpeedlabMagics
+    from speedlab.notebook.magics import SpeedlabMagics
 
     ipython.register_magics(SpeedlabMagics)
 

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedlab.intercept import RunControls
-from speedlab.knobs import Knobs
-from speedlab.results import RunResult
-from speedlab.runner import run_once
-from speedlab.stats import summarize
+from speedlab.results.run import RunResult
+from speedlab.results.stats import summarize
+from speedlab.run.intercept import RunControls
+from speedlab.run.knobs import Knobs
+from speedlab.run.sweep import run_once
 
 #: Slow storage of the assignment: every image waits this long before its first byte.
 LATENCY_S = 0.008

@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from speedlab.knobs import KNOBS, explain
+from speedlab.run.knobs import KNOBS, explain
 
 
 def demo(steps: int, workers: int) -> int:
@@ -14,7 +14,7 @@ def demo(steps: int, workers: int) -> int:
     import lightning.pytorch as pl
 
     from speedlab.labs import QUIET_TRAINER, image_lab
-    from speedlab.runner import profile_train
+    from speedlab.run.sweep import profile_train
 
     def train() -> None:
         model, data = image_lab(num_workers=workers)
@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("demo: --steps must be >= 1 and --workers >= 0")
         return demo(args.steps, args.workers)
     if args.command == "system":
-        from speedlab.system import format_system_info, system_info
+        from speedlab.measure.system import format_system_info, system_info
 
         print(format_system_info(system_info()))
     elif args.command == "history":
-        from speedlab.store import format_history, history
+        from speedlab.results.store import format_history, history
 
         print(format_history(history(args.n)))
     else:

@@ -35,7 +35,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lab_cache: Path) 
     """No test writes to the home folder or the repo; live views stay silent unless asked."""
     monkeypatch.setenv("SPEEDLAB_CACHE", str(lab_cache))
     monkeypatch.setenv("SPEEDLAB_STORE", str(tmp_path / "runs.sqlite"))
-    from speedlab import live
+    from speedlab.notebook import live
 
     live.set_frontend("none")
     yield
@@ -55,7 +55,7 @@ def one_compute_thread():
 
 
 def _originals() -> dict[str, object]:
-    from speedlab._compat import trainer_classes
+    from speedlab.measure.compat import trainer_classes
 
     return {
         f"{cls.__module__}.{name}": cls.__dict__[name]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from speedlab.cli import main
-from speedlab.knobs import explain
+from speedlab.run.knobs import explain
 
 SCRIPT = Path(sys.executable).with_name("speedlab")
 

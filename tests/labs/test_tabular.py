@@ -8,7 +8,7 @@ import statistics
 import torch
 
 from speedlab.labs.tabular import MLP, TabularDataModule, make_tabular, tabular_lab
-from speedlab.loaders import shutdown_loader
+from speedlab.run.loaders import shutdown_loader
 
 
 def test_rows_are_deterministic_from_the_seed() -> None:

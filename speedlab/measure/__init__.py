@@ -1,0 +1,2 @@
+"""Measurement during training: the probe, worker stamps, host syncs, the system sampler and
+the per-rank records. Imports only speedlab.results."""

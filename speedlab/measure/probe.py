@@ -1,0 +1,418 @@
+"""SpeedProbe: the Lightning Callback that measures data_time and batch_time of every step.
+
+Timing points come from Lightning itself. The trainer reports each batch fetch to its profiler
+as ``[_TrainingEpochLoop].train_dataloader_next`` and each forward/backward/optimizer step as
+``run_training_batch``; the probe listens to those two actions by wrapping the profiler
+instance's ``start``/``stop`` (the user's profiler keeps receiving every call) and adds the
+callback hooks around them:
+
+- data_time: from the fetch start to ``on_train_batch_start`` (loader wait + host-to-device
+  transfer); for the first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
+- batch_time: the ``run_training_batch`` span; on CUDA, from events read a few steps later.
+  On CUDA, a few warm-up spans also count the host syncs made in them (``speedlab.measure.syncs``).
+- wall: from this step's start to the next one's, validation excluded.
+
+The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from typing_extensions import override
+
+from speedlab.measure.compat import callback_bases
+from speedlab.measure.ranks import RankRecorder
+from speedlab.measure.syncs import SyncWatch
+from speedlab.measure.system import SystemSampler
+from speedlab.results.run import RunResult, empty_records
+
+FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
+BATCH_ACTION = "run_training_batch"
+
+_perf = time.perf_counter
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor (no device sync)."""
+    while True:
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 1
+        if isinstance(batch, (list, tuple)) and batch:  # the usual case, before slower ABCs
+            batch = batch[0]
+        elif isinstance(batch, Mapping) and batch:
+            batch = next(iter(batch.values()))
+        elif isinstance(batch, Sequence) and not isinstance(batch, str) and batch:
+            batch = batch[0]
+        else:
+            return 0
+
+
+class _CudaTimer:
+    """batch_time from CUDA events, resolved lazily once the GPU has passed them."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._event = lambda: torch.cuda.Event(enable_timing=True)
+        self._synchronize = torch.cuda.synchronize
+        self._pool: list[Any] = []
+        self._pending: deque[tuple[int, Any, Any]] = deque()
+        self._start: Any = None
+
+    def _take(self) -> Any:
+        return self._pool.pop() if self._pool else self._event()
+
+    def start(self) -> None:
+        self._start = self._take()
+        self._start.record()
+
+    def stop(self, index: int) -> None:
+        end = self._take()
+        end.record()
+        self._pending.append((index, self._start, end))
+
+    def resolve(self, batch_times: list[float], *, wait: bool = False) -> None:
+        """Write finished spans into ``batch_times``; with ``wait``, synchronize once first."""
+        if wait and self._pending:
+            self._synchronize()
+        while self._pending and (wait or self._pending[0][2].query()):
+            index, start, end = self._pending.popleft()
+            batch_times[index] = start.elapsed_time(end) / 1e3
+            self._pool += (start, end)
+
+
+class _SpeedProbeCore:
+    """Measurement logic of SpeedProbe; combined below with every installed Callback base."""
+
+    def __init__(
+        self,
+        warmup: int = 5,
+        log_every_n_steps: int = 50,
+        *,
+        sample_system: bool = True,
+        compiled: bool | None = None,
+    ) -> None:
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+            raise ValueError(
+                f"`SpeedProbe(warmup={warmup!r})` is not valid. Expected an integer >= 0."
+            )
+        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
+            raise ValueError(
+                f"`SpeedProbe(log_every_n_steps={log_every_n_steps!r})` is not valid. "
+                "Expected an integer >= 1."
+            )
+        self.warmup = warmup
+        self.log_every_n_steps = log_every_n_steps
+        self.sample_system = sample_system
+        self.compiled = compiled
+        self.records: dict[str, list] = empty_records()
+        self.sampler: SystemSampler | None = None
+        self._result: RunResult | None = None
+        self._profiler: Any = None
+        self._active = False
+        self.exception: BaseException | None = None
+        self.distributed = RankRecorder()  # per-rank records, sync time (speedlab.measure.ranks)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def _reset(self, trainer: Any, pl_module: Any) -> None:
+        self.records = empty_records()
+        self.phases = {"setup": 0.0, "validation": 0.0}
+        self._result = None
+        self.exception = None
+        self._t0 = _perf()
+        self._compiled = (
+            self.compiled
+            if self.compiled is not None
+            else getattr(pl_module, "_compiler_ctx", None) is not None
+        )
+        self._origin = self._t0  # when the current step started waiting for its batch
+        self._step_open = False
+        self._first_in_epoch = False
+        self._epoch = 0
+        self._val_start = 0.0
+        self._val_since = 0.0  # validation seconds since the open step started
+        self._batch_start = self._batch_end = self._hook_start = 0.0
+        self._batch_samples = 0
+        self._losses: list[tuple[int, Any]] = []
+        self._last_loss: Any = None
+        self._cuda: _CudaTimer | None = None
+        self._syncs: SyncWatch | None = None
+        self._trainer = trainer
+        self._active = True
+
+    def _attach_profiler(self, trainer: Any) -> None:
+        profiler = trainer.profiler
+        start, stop = profiler.start, profiler.stop
+        fetch, batch = FETCH_ACTION, BATCH_ACTION
+        # Lightning's default profiler does nothing: skip calling it ~24 times a step.
+        own = vars(profiler)
+        silent = type(profiler).__name__ == "PassThroughProfiler" and not (
+            "start" in own or "stop" in own
+        )
+
+        def probe_start(action: str) -> None:
+            if not silent:
+                start(action)
+            if action == fetch:
+                self._on_fetch_start()
+            elif action == batch:
+                if self._cuda is not None:
+                    self._syncs.enter(len(self.records["batch_time"]))
+                    self._cuda.start()
+                self._batch_start = _perf()
+
+        def probe_stop(action: str) -> None:
+            if action == batch:
+                self._batch_end = _perf()
+                if self._cuda is not None:
+                    self._cuda.stop(len(self.records["batch_time"]))
+                    self._syncs.exit()
+            if not silent:
+                stop(action)
+
+        self._saved = {k: profiler.__dict__[k] for k in ("start", "stop") if k in profiler.__dict__}
+        profiler.start, profiler.stop = probe_start, probe_stop
+        self._profiler = profiler
+
+    def _detach(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            for key in ("start", "stop"):
+                if key in self._saved:
+                    setattr(profiler, key, self._saved[key])
+                else:
+                    profiler.__dict__.pop(key, None)
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def _finish(self) -> None:
+        if not self._active:
+            return
+        self._close_step(_perf())
+        self._detach()
+        if self._cuda is not None:
+            self._syncs.exit()  # the debug mode back as it was, if a watched step was cut short
+            self._cuda.resolve(self.records["batch_time"], wait=True)
+        self._active = False
+        self._result = self.distributed.finish(self._build_result(), self.exception)
+
+    # -- timing points ----------------------------------------------------------------------
+
+    def _on_fetch_start(self) -> None:
+        now = _perf()
+        if self._first_in_epoch:
+            return  # the epoch's first step waits from on_train_epoch_start
+        self._close_step(now)
+        self._origin = now
+
+    def _close_step(self, now: float) -> None:
+        """End the open step: its wall runs until now, less validation run in between."""
+        if self._step_open:
+            self.records["wall"][-1] = now - self._origin - self._val_since
+            self._step_open = False
+        self._val_since = 0.0
+
+    def _phase(self, index: int) -> str:
+        if self._compiled and index == 0:
+            return "compile"
+        if self._first_in_epoch:
+            return "epoch_start"
+        return "warmup" if index < self.warmup else "steady"
+
+    # -- Lightning hooks --------------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        self.distributed.one_thread_if_forked(trainer)
+        self._reset(trainer, pl_module)
+        self._attach_profiler(trainer)
+        if self.sample_system:
+            self.sampler = SystemSampler()
+            self.sampler.start()
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self._active:
+            return
+        self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
+        self.device = str(pl_module.device.type)
+        if self.device == "cuda":
+            self._cuda = _CudaTimer()
+            self._syncs = SyncWatch(self.warmup)
+        self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        now = _perf()
+        self._close_step(now)
+        self._origin = now
+        self._first_in_epoch = True
+        self._epoch = trainer.current_epoch
+
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._hook_start = _perf()
+        self._batch_samples = batch_size_of(batch)
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._active:
+            return
+        r = self.records
+        index = len(r["data_time"])
+        r["t"].append(self._origin - self._t0)
+        r["data_time"].append(self._hook_start - self._origin)
+        r["batch_time"].append(self._batch_end - self._batch_start)
+        r["wall"].append(self._batch_end - self._origin)
+        r["samples"].append(self._batch_samples)
+        r["phase"].append(self._phase(index))
+        r["epoch"].append(self._epoch)
+        self._step_open = True
+        self._first_in_epoch = False
+        loss = outputs.get("loss") if isinstance(outputs, (dict, Mapping)) else outputs
+        if loss is not None:
+            self._last_loss = loss
+        if self._cuda is not None:
+            self._cuda.resolve(r["batch_time"])
+        self.distributed.step_end()
+        if (index + 1) % self.log_every_n_steps == 0:
+            self._log(trainer, index)
+
+    def _log(self, trainer: Any, index: int) -> None:
+        if self._last_loss is not None:
+            self._losses.append((index, self._last_loss))
+        if not trainer.loggers:
+            return
+        n = self.log_every_n_steps
+        recent = {k: sorted(self.records[k][-n:]) for k in ("data_time", "batch_time")}
+        metrics = {f"speedlab/{k}": v[len(v) // 2] for k, v in recent.items()}
+        metrics = self.distributed.log_metrics(trainer, metrics, n)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._close_step(_perf())
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._val_start = _perf()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._active:
+            seconds = _perf() - self._val_start
+            self.phases["validation"] += seconds
+            self._val_since += seconds
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._finish()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.exception = exception
+        self._finish()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._finish()
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _build_result(self) -> RunResult:
+        r = self.records
+        phases = dict.fromkeys(("compile", "epoch_start", "warmup", "steady"), 0.0)
+        for phase, wall in zip(r["phase"], r["wall"]):
+            phases[phase] += wall
+        phases = {**self.phases, **phases}
+        notes = []
+        if r["data_time"] and "steady" not in r["phase"]:
+            notes.append(
+                f"Only {len(r['data_time'])} steps ran, all warm-up or start-up: "
+                f"no steady state to report. Run more than {self.warmup + 1} steps."
+            )
+        losses = [(step, float(loss)) for step, loss in self._losses]
+        final = float(self._last_loss) if self._last_loss is not None else None
+        return RunResult(
+            records=r,
+            phases=phases,
+            system=self.sampler.summary().to_dict() if self.sampler is not None else {},
+            final_loss=final,
+            losses=losses,
+            notes=notes,
+            wall_time=_perf() - self._t0,
+            device=getattr(self, "device", "cpu"),
+            host_syncs=self._syncs.result() if self._syncs is not None else {},
+        )
+
+    @property
+    def ran(self) -> bool:
+        """Whether a fit started under this probe (here, or in rank processes it launched)."""
+        return self._active or self._result is not None or self.distributed.ready()
+
+    def result(self) -> RunResult:
+        """The RunResult of the last fit this probe watched (partial if it was interrupted).
+
+        After a fork/spawn launch (``ddp_notebook``) the ranks' records are read here.
+        """
+        if not self._active:
+            self._result = self.distributed.collect() or self._result
+        if self._result is None:
+            if self._active:
+                return self._build_result()
+            raise RuntimeError(
+                "SpeedProbe has not watched a fit yet: pass it to Trainer(callbacks=[...])."
+            )
+        return self._result
+
+
+_bases = callback_bases()
+
+
+class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
+    """Lightning Callback recording data_time and batch_time of every training step.
+
+    Works with ``lightning.pytorch`` and ``pytorch_lightning`` Trainers alike, beside any user
+    profiler or callbacks, and logs ``speedlab/data_time`` and ``speedlab/batch_time`` (medians
+    of the last N steps) to the Trainer's loggers.
+
+    Args:
+        warmup: steps at the start of the fit left out of the steady-state figures.
+        log_every_n_steps: how often to log to the Trainer's loggers and keep a loss point.
+        sample_system: run the SystemSampler (CPU, RSS of workers, GPU) during the fit.
+        compiled: whether the model is compiled (its first step is then the compile phase);
+            ``None`` detects a model passed through ``torch.compile``.
+
+    Example::
+
+        probe = SpeedProbe(warmup=5)
+        trainer = L.Trainer(max_steps=100, callbacks=[probe])
+        trainer.fit(model, datamodule)
+        print(probe.result().report())
+    """
+
+    def __init__(
+        self,
+        warmup: int = 5,
+        log_every_n_steps: int = 50,
+        *,
+        sample_system: bool = True,
+        compiled: bool | None = None,
+    ) -> None:
+        _SpeedProbeCore.__init__(
+            self, warmup, log_every_n_steps, sample_system=sample_system, compiled=compiled
+        )
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return "SpeedProbe"
+
+    # Lightning skips a callback's hook that is not callable. The probe does not listen to these
+    # per-step hooks, and dispatching each would cost a profiler context every step.
+    on_before_backward = on_after_backward = None  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
+    on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]

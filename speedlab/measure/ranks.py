@@ -1,0 +1,694 @@
+"""Several devices and processes: per-rank records, gradient-sync time and the job's figures.
+
+With DDP every rank is a process running its own copy of the SpeedProbe. ``RankRecorder`` is
+the probe's distributed half; it times the gradient all-reduce and brings every rank's records
+to one place, where ``job_result`` builds the job's RunResult: one entry per rank in ``ranks``,
+throughput summed over the ranks, data_time and batch_time from the slowest rank.
+
+How the records travel:
+
+- **fork or spawn launches** (``ddp_notebook``, ``ddp_spawn``): the ranks are children of the
+  process that built the probe (the notebook), whose callbacks never see the training loop.
+  Each rank writes its records as JSON into a folder whose name the probe chose when it was
+  built; ``probe.result()`` in the parent reads and removes it. Files rather than Lightning's
+  launcher results: those come only from rank 0 and only when the fit succeeds, while the files
+  bring every rank's records, the partial records of a failed run too, and need no change to
+  Lightning's launcher.
+- **script launches** (``ddp``, ``torchrun``, several nodes): every rank built its own probe. At
+  the end of training the ranks exchange their records over the strategy's process group
+  (``torch.distributed.all_gather_object``), so rank 0's ``probe.result()`` holds all of them,
+  and rank 0 prints a summary.
+
+Gradient synchronisation is timed with a DDP communication hook that wraps PyTorch's default
+all-reduce: per step, from the first gradient bucket handed to the all-reduce to the last one
+reduced. The slowest rank arrives last and waits for no one, so its sync time is the
+communication itself; the other ranks' sync time also holds their wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speedlab.analysis.doctor import STEPS_FOR_FIGURES, Finding
+from speedlab.results.run import RunResult, SweepResult
+from speedlab.results.table import Table, fmt
+
+STEP_KEYS = ("t", "data_time", "batch_time", "sync_time", "wall", "samples", "phase", "epoch")
+"""Per-step lists in each ``RunResult.ranks`` entry's ``records``."""
+
+STRAGGLER_FACTOR = 1.3
+"""A rank is a straggler when its own work per step (data + compute, without the wait in
+gradient sync) is this many times the other ranks' median: the others wait for it every step.
+Two ranks doing the same work on a shared machine differ by up to about 10%."""
+STRAGGLER_MIN_S = 0.002
+"""...and at least this much longer (smaller gaps are scheduling noise)."""
+SYNC_SHARE_WARN = 0.20
+"""Share of the step spent in gradient communication from which the doctor warns."""
+SYNC_SHARE_CRITICAL = 0.50
+"""Communication share that is critical: more time synchronising than computing."""
+SYNC_BATCH_FACTOR = 4
+"""How much larger a per-rank batch the doctor suggests against synchronisation overhead."""
+
+CUDA_BEFORE_FORK = (
+    "CUDA is already initialised in this process, and this strategy starts its ranks with "
+    "{method} (as ddp_notebook does): a forked process cannot use the CUDA context of its "
+    "parent, so every rank would fail. An earlier cell touched the GPU (a tensor or model moved "
+    "to 'cuda', a torch.cuda.* call). Restart the kernel and run the training cell before "
+    "anything uses the GPU, leaving the move to the GPU to the Trainer (it does it inside each "
+    "rank), or run the training as a script with strategy='ddp'."
+)
+_CUDA_FORK_MARKERS = (
+    "CUDA is already initialised in this process",
+    "can't create new processes if CUDA is already initialized",
+)
+
+
+FORKED_RANK_THREADS = (
+    "Each forked rank trains with 1 torch thread: GNU OpenMP, which torch uses on Linux, hangs "
+    "in a process forked after it has run in parallel (GCC bug 60035), as this process may have "
+    "in an earlier cell. On this machine a rank could otherwise use {threads}; to give each rank "
+    "several threads, run the training as a script with strategy='ddp'."
+)
+
+
+def _start_method(trainer: Any) -> str | None:
+    return getattr(getattr(trainer.strategy, "launcher", None), "_start_method", None)
+
+
+def forked_rank_threads_note(trainer: Any) -> str | None:
+    """In the notebook process: the note that forked ranks will train with one thread, when a
+    rank would otherwise have used more (Lightning gives each rank OMP_NUM_THREADS, or the
+    cores divided among the ranks)."""
+    if _start_method(trainer) != "fork":
+        return None
+    ranks = max(1, int(getattr(trainer.strategy, "num_processes", 1)))
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // ranks))
+    return FORKED_RANK_THREADS.format(threads=threads) if threads > 1 else None
+
+
+class CudaBeforeForkError(RuntimeError):
+    """A fork-based strategy was about to start after CUDA was initialised in this process."""
+
+
+def check_fork(trainer: Any, *, cuda_initialized: Callable[[], bool] | None = None) -> None:
+    """Refuse a fork-based launch (``ddp_notebook``) in a process that has initialised CUDA.
+
+    Call it in the notebook process before ``trainer.fit``: the message says what went wrong and
+    what to do, where Lightning's own check stops at "can't create new processes".
+    ``cuda_initialized`` defaults to ``torch.cuda.is_initialized``.
+    """
+    method = _start_method(trainer)
+    if method not in ("fork", "forkserver"):
+        return
+    if cuda_initialized is None:
+        import torch
+
+        cuda_initialized = torch.cuda.is_initialized
+    if cuda_initialized():
+        raise CudaBeforeForkError(CUDA_BEFORE_FORK.format(method=method))
+
+
+def describe_rank_failure(err: BaseException) -> str | None:
+    """``rank 1 failed: ZeroDivisionError: ...`` for a rank process that failed, else None."""
+    from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
+
+    if not isinstance(err, ProcessException):
+        return None
+    text = str(err).strip()
+    if isinstance(err, ProcessRaisedException):  # the message ends with the rank's traceback
+        text = text.splitlines()[-1].strip()
+    return f"rank {err.error_index} failed: {text}"
+
+
+# -- gradient synchronisation -------------------------------------------------------------------
+
+
+class SyncTimer:
+    """Times DDP's gradient all-reduce through a communication hook, one figure per step.
+
+    The hook is PyTorch's default ``allreduce_hook`` with a timestamp on each side, so training
+    computes the same gradients as without it. The reduced futures complete on the backend's
+    thread before backward returns, so ``close_step`` after the step sees all of them.
+    """
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._spans: list[tuple[float, float]] = []
+
+    def hook(self, state, bucket):  # unannotated: DDP refuses any bucket type but GradBucket
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        start = time.perf_counter()
+
+        def stamp(future: Any) -> Any:
+            self._spans.append((start, time.perf_counter()))
+            return future.value()
+
+        return allreduce_hook(state, bucket).then(stamp)
+
+    def close_step(self) -> None:
+        """Record this step's sync time (0 for a step without gradient sync)."""
+        spans, self._spans = self._spans, []
+        self.times.append(max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0)
+
+
+def attach_sync_timer(trainer: Any) -> tuple[SyncTimer | None, str | None]:
+    """A SyncTimer on the trainer's DDP model, or None and the reason it cannot be timed."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = getattr(trainer.strategy, "model", None)
+    name = getattr(trainer.strategy, "strategy_name", type(trainer.strategy).__name__)
+    if not isinstance(model, DistributedDataParallel):
+        return None, (
+            f"Gradient synchronisation is not timed apart with strategy={name}: only DDP has the "
+            "communication hook that times it; it is part of batch_time."
+        )
+    timer = SyncTimer()
+    try:
+        model.register_comm_hook(model.process_group, timer.hook)
+    except RuntimeError:  # DDP takes one hook, and the user's strategy registered one
+        return None, (
+            "Gradient synchronisation is not timed apart: the strategy already registered a DDP "
+            "communication hook (ddp_comm_hook), and DDP takes only one; it is part of batch_time."
+        )
+    return timer, None
+
+
+# -- records of one rank ------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _steady_or_all(phases: Sequence[str]) -> list[int]:
+    steady = [i for i, phase in enumerate(phases) if phase == "steady"]
+    return steady or list(range(len(phases)))
+
+
+def rank_entry(payload: dict[str, Any]) -> dict[str, Any]:
+    """One ``RunResult.ranks`` entry from a rank's payload: its medians and its step records.
+
+    ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
+    would take if no rank waited for another.
+    """
+    result = RunResult.from_dict(payload["result"])
+    r = result.records
+    sync = payload.get("sync_time")
+    records = {key: list(r[key]) for key in STEP_KEYS if key != "sync_time"}
+    records["sync_time"] = list(sync) if sync is not None else None
+    steady = _steady_or_all(r["phase"])
+    own = [r["data_time"][i] + r["batch_time"][i] - (sync[i] if sync else 0.0) for i in steady]
+    return {
+        "rank": payload["rank"],
+        "host": payload["host"],
+        "pid": payload["pid"],
+        "steps": result.steps,
+        "samples": result.samples,
+        "samples_per_s": _number(result.samples_per_s),
+        "data_time": _number(result.data_time),
+        "batch_time": _number(result.batch_time),
+        "sync_time": _median([sync[i] for i in steady]) if sync else None,
+        "work_time": _median(own),
+        "data_share": _number(result.data_share),
+        "error": payload.get("error"),
+        "system": result.system,
+        "records": records,
+    }
+
+
+def slowest_rank(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The rank with the most own work per step (the one the others wait for)."""
+    return max(ranks, key=lambda e: (e["work_time"] or -1.0, -e["rank"]))
+
+
+# -- the job ------------------------------------------------------------------------------------
+
+
+def _job_records(slowest: RunResult, results: Sequence[RunResult]) -> dict[str, list]:
+    """The slowest rank's steps, with every rank's samples and the longest wall of each step."""
+    steps = [[r.records for r in results if i < r.steps] for i in range(slowest.steps)]
+    return slowest.records | {
+        "samples": [sum(rec["samples"][i] for rec in step) for i, step in enumerate(steps)],
+        "wall": [max(rec["wall"][i] for rec in step) for i, step in enumerate(steps)],
+    }
+
+
+_PER_PROCESS = ("main_cpu_percent", "workers_cpu_percent", "peak_rss_bytes", "peak_workers")
+
+
+def _job_system(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Machine-wide figures from rank 0; each process's own figures summed over the ranks."""
+    systems = [r.system for r in results if r.system]
+    if not systems:
+        return {}
+    job = dict(systems[0])
+    for key in _PER_PROCESS:
+        values = [s.get(key) for s in systems]
+        if all(isinstance(v, (int, float)) for v in values):
+            job[key] = sum(values)
+    return job
+
+
+def _ms(seconds: float | None) -> str:
+    return fmt(seconds, ".1f", scale=1e3, suffix=" ms")
+
+
+def _sync_note(ranks: Sequence[dict[str, Any]], slowest: dict[str, Any]) -> str | None:
+    timed = [e for e in ranks if e["sync_time"] is not None]
+    if not timed or len(timed) < len(ranks):
+        return None
+    comm = min(e["sync_time"] for e in timed)
+    wait = max(e["sync_time"] for e in timed) - comm
+    step = (slowest["data_time"] or 0.0) + (slowest["batch_time"] or 0.0)
+    share = f", {comm / step:.0%} of the step" if step > 0 else ""
+    return (
+        f"Gradient synchronisation (DDP all-reduce, timed by a communication hook) takes "
+        f"{_ms(comm)} per step{share}; ranks that wait for the slowest spend up to {_ms(wait)} "
+        "more there."
+    )
+
+
+def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
+    """The job's RunResult from the payloads of its ranks (any order, some may be missing)."""
+    payloads = sorted(payloads, key=lambda p: p["rank"])
+    results = [RunResult.from_dict(p["result"]) for p in payloads]
+    ranks = [rank_entry(p) for p in payloads]
+    slow = slowest_rank(ranks)
+    base = results[ranks.index(slow)]
+    world = max(p["world_size"] for p in payloads)
+    hosts = sorted({e["host"] for e in ranks})
+    notes = [
+        f"{world} ranks (processes) on {len(hosts)} host(s): samples/s is the sum over the ranks; "
+        f"data_time and batch_time are rank {slow['rank']}'s, the slowest (its own work "
+        f"{_ms(slow['work_time'])} per step)."
+        if world > 1
+        else "Trained in one process started by the strategy; its records came back from there."
+    ]
+    missing = sorted(set(range(world)) - {e["rank"] for e in ranks})
+    if missing:
+        notes.append(
+            f"Rank(s) {', '.join(map(str, missing))} sent no records: they ended before they "
+            "could write them."
+        )
+    notes += [n for n in [_sync_note(ranks, slow)] if n]
+    for p, result in zip(payloads, results):
+        notes += [n for n in [p.get("sync_note"), *result.notes] if n and n not in notes]
+    failed = sorted((p for p in payloads if p.get("error")), key=lambda p: p["failed_at"])
+    return RunResult(
+        records=_job_records(base, results),
+        phases=dict(base.phases),
+        system=_job_system(results),
+        final_loss=results[0].final_loss,
+        losses=list(results[0].losses),
+        error=f"rank {failed[0]['rank']} failed: {failed[0]['error']}" if failed else None,
+        notes=notes,
+        wall_time=max(r.wall_time for r in results),
+        device=results[0].device,
+        ranks=ranks,
+        host_syncs=results[0].host_syncs,
+    )
+
+
+def rank_table(run: RunResult) -> Table:
+    """One row per rank: its medians, its gradient-sync time and its own work per step."""
+    slow = slowest_rank(run.ranks)["rank"] if run.ranks else None
+    columns = ["rank", "host", "steps", "samples/s", "data_time ms", "batch_time ms"]
+    columns += ["sync ms", "own work ms", "data share", "note"]
+    rows = [
+        [
+            str(e["rank"]),
+            e["host"],
+            str(e["steps"]),
+            fmt(e["samples_per_s"], ".1f"),
+            fmt(e["data_time"], ".2f", scale=1e3),
+            fmt(e["batch_time"], ".2f", scale=1e3),
+            fmt(e["sync_time"], ".2f", scale=1e3),
+            fmt(e["work_time"], ".2f", scale=1e3),
+            fmt(e["data_share"], ".0%"),
+            f"failed: {e['error']}" if e["error"] else ("slowest" if e["rank"] == slow else ""),
+        ]
+        for e in run.ranks
+    ]
+    return Table(columns, rows, caption="per rank")
+
+
+def summary_text(run: RunResult) -> str:
+    """What rank 0 prints at the end of a multi-rank fit: the ranks, the job, the findings."""
+    lines = [
+        f"speedlab: {len(run.ranks)} ranks, job {run.summary_line()}",
+        str(rank_table(run)),
+        *[f"note: {n}" for n in run.notes],
+        *[str(f) for f in rank_findings(run)],
+    ]
+    return "\n".join(lines)
+
+
+# -- the probe's distributed half ---------------------------------------------------------------
+
+
+def _error_in_flight() -> BaseException | None:
+    """The error a child rank is exiting with: torch.multiprocessing turns it into SystemExit."""
+    error = sys.exc_info()[1]
+    if isinstance(error, SystemExit):
+        return error.__context__
+    return error
+
+
+class RankRecorder:
+    """What SpeedProbe does beyond one process: sync timing, per-rank logging, record hand-over.
+
+    Built with the probe, in the process that will ask for ``probe.result()``. In a rank that is
+    a child of that process (fork/spawn) ``finish`` writes the rank's records for the parent;
+    in a rank that built its own probe (scripts) ``finish`` gathers all ranks' records.
+
+    A failing child rank runs no Lightning hook: the launcher calls the fit without Lightning's
+    error handling, and ``torch.multiprocessing`` catches the error and exits. So a child also
+    registers an exit handler with ``multiprocessing.util.Finalize`` (which the child's
+    ``Process`` runs on its way out); it finishes the probe with the error then in flight, and
+    the parent gets the failed rank's records up to the failure.
+    """
+
+    def __init__(self) -> None:
+        self.owner_pid = os.getpid()
+        self.handoff = Path(tempfile.gettempdir()) / f"speedlab-ranks-{uuid.uuid4().hex}"
+        self.sync: SyncTimer | None = None
+        self.sync_note: str | None = None
+        self.rank, self.world_size = 0, 1
+        self._on_exit: Any = None
+
+    @property
+    def in_child(self) -> bool:
+        """Whether this is a rank process launched by the process that built the probe."""
+        return os.getpid() != self.owner_pid
+
+    def one_thread_if_forked(self, trainer: Any) -> None:
+        """In a rank forked from the process that built the probe, before any training op:
+        one torch thread (see ``FORKED_RANK_THREADS``). Spawned ranks start afresh and keep
+        theirs."""
+        if self.in_child and _start_method(trainer) == "fork":
+            import torch
+
+            if torch.get_num_threads() > 1:
+                torch.set_num_threads(1)
+
+    def start(self, trainer: Any, fail: Callable[[BaseException | None], None]) -> None:
+        """On train start: learn the rank, and time gradient sync when there are several.
+
+        ``fail(error)`` finishes the probe after an error; a child rank calls it on its way out
+        if training did not end normally.
+        """
+        self.rank, self.world_size = trainer.global_rank, trainer.world_size
+        self.sync, self.sync_note = None, None
+        if self.world_size > 1:
+            self.sync, self.sync_note = attach_sync_timer(trainer)
+        if self.in_child:
+            from multiprocessing.util import Finalize
+
+            self._on_exit = Finalize(None, lambda: fail(_error_in_flight()), exitpriority=100)
+
+    def step_end(self) -> None:
+        if self.sync is not None:
+            self.sync.close_step()
+
+    def log_metrics(self, trainer: Any, metrics: dict[str, float], steps: int) -> dict[str, float]:
+        """Every rank's data_time/batch_time over the last ``steps`` (a collective: all ranks
+        call it at the same step). The job's ``speedlab/data_time`` and ``batch_time`` become
+        the slowest rank's.
+        """
+        if self.world_size == 1:
+            return metrics
+        import torch
+
+        sync = statistics.median(self.sync.times[-steps:]) if self.sync else 0.0
+        mine = torch.tensor(
+            [metrics["speedlab/data_time"], metrics["speedlab/batch_time"], sync],
+            dtype=torch.float64,
+            device=trainer.strategy.root_device,
+        )
+        with warnings.catch_warnings():  # Lightning 2.6 calls an all_gather torch deprecated
+            warnings.filterwarnings("ignore", message=".*all_gather is deprecated")
+            table = trainer.strategy.all_gather(mine).reshape(-1, 3).tolist()
+        out = {}
+        for rank, (data, batch, sync) in enumerate(table):
+            out |= {
+                f"speedlab/rank_{rank}/data_time": data,
+                f"speedlab/rank_{rank}/batch_time": batch,
+            }
+            if self.sync is not None:
+                out[f"speedlab/rank_{rank}/sync_time"] = sync
+        data, batch, _ = max(table, key=lambda row: row[0] + row[1] - row[2])
+        return out | {"speedlab/data_time": data, "speedlab/batch_time": batch}
+
+    def payload(self, result: RunResult, exception: BaseException | None) -> dict[str, Any]:
+        error = None
+        if exception is not None:
+            error = (
+                "interrupted"
+                if isinstance(exception, KeyboardInterrupt)
+                else f"{type(exception).__name__}: {exception}".strip()
+            )
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "result": result.to_dict(),
+            "sync_time": self.sync.times if self.sync is not None else None,
+            "sync_note": self.sync_note,
+            "error": error,
+            "failed_at": time.time(),
+        }
+
+    def finish(self, result: RunResult, exception: BaseException | None) -> RunResult:
+        """At the end of the fit on every rank: hand the records over; rank 0 gets the job.
+
+        The exchange between ranks is a collective, so it only runs when training ended
+        normally (every rank is there); after an error each rank keeps its own records.
+        """
+        if self.in_child:
+            if self._on_exit is not None:
+                self._on_exit.cancel()
+            self._write(self.payload(result, exception))
+            return result
+        if self.world_size == 1:
+            return result
+        if exception is not None:
+            result.ranks = [rank_entry(self.payload(result, exception))]
+            result.notes.append(
+                f"Training failed, so the ranks did not exchange their records: this result "
+                f"holds rank {self.rank}'s only."
+            )
+            return result
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, self.payload(result, None))
+        job = job_result(gathered)
+        if self.rank == 0:
+            print(summary_text(job), flush=True)
+        return job
+
+    def _write(self, payload: dict[str, Any]) -> None:
+        self.handoff.mkdir(parents=True, exist_ok=True)
+        part = self.handoff / f".rank-{self.rank}.part"
+        part.write_text(json.dumps(payload))
+        part.replace(self.handoff / f"rank-{self.rank}.json")  # the parent never reads half
+
+    def ready(self) -> bool:
+        """Whether rank processes left records for this (parent) process."""
+        return not self.in_child and self.handoff.is_dir()
+
+    def collect(self) -> RunResult | None:
+        """The job's RunResult from the records the ranks left, which are then removed."""
+        if not self.ready():
+            return None
+        try:
+            payloads = [json.loads(p.read_text()) for p in sorted(self.handoff.glob("rank-*.json"))]
+        finally:
+            shutil.rmtree(self.handoff, ignore_errors=True)
+        return job_result(payloads) if payloads else None
+
+
+# -- the doctor's distributed rules -------------------------------------------------------------
+
+
+def _cuda_fork(run: RunResult) -> list[Finding]:
+    error = run.error or ""
+    if not any(marker in error for marker in _CUDA_FORK_MARKERS):
+        return []
+    advice = (
+        "In a notebook, ddp_notebook forks the notebook process into the ranks, and a forked "
+        "process cannot use CUDA once its parent has initialised it. Restart the kernel; keep "
+        "every GPU call inside the training code (the Trainer moves the model in each rank); "
+        "or train from a script with strategy='ddp'."
+    )
+    return [Finding("notebook_trap", f"The run failed: {error}", advice, None, "critical")]
+
+
+def _measured(entry: dict[str, Any]) -> bool:
+    """Whether a rank ran enough steady steps for the rules to read its figures."""
+    keys = ("data_time", "batch_time", "work_time")
+    return entry["steps"] >= STEPS_FOR_FIGURES and all(entry[k] is not None for k in keys)
+
+
+def _straggler(run: RunResult) -> list[Finding]:
+    ranks = [e for e in run.ranks if _measured(e)]
+    if len(ranks) < 2:
+        return []
+    slow = slowest_rank(ranks)
+    others = [e for e in ranks if e is not slow]
+    work = statistics.median(e["work_time"] for e in others)
+    if not _slower(slow["work_time"], work):
+        return []
+    data = statistics.median(e["data_time"] for e in others)
+    compute = statistics.median(e["batch_time"] - (e["sync_time"] or 0.0) for e in others)
+    slow_compute = slow["batch_time"] - (slow["sync_time"] or 0.0)
+    evidence = (
+        f"Rank {slow['rank']} needs {_ms(slow['work_time'])} of its own work per step (data "
+        f"{_ms(slow['data_time'])}, compute {_ms(slow_compute)}); the other ranks need "
+        f"{_ms(work)} (data {_ms(data)}, compute {_ms(compute)}). Every step waits for rank "
+        f"{slow['rank']} at the gradient sync."
+    )
+    if _slower(slow["data_time"], data):
+        advice = (
+            f"Rank {slow['rank']}'s data loading is slower (data is "
+            f"{fmt(slow['data_share'], '.0%')} of its step): look at what makes its shard slow "
+            "(larger files, slower storage, a heavier transform, a busy core). More DataLoader "
+            "workers per rank help when cores are free."
+        )
+        return [Finding("straggler", evidence, advice, "workers", "warn", 2)]
+    advice = (
+        f"Rank {slow['rank']}'s compute is slower: a slower or busier device (another process on "
+        "its GPU or cores, thermal throttling), or more work in its batches (longer sequences). "
+        "The job runs at the pace of its slowest rank."
+    )
+    return [Finding("straggler", evidence, advice, None, "warn")]
+
+
+def _slower(value: float, others: float) -> bool:
+    return value >= STRAGGLER_FACTOR * others and value - others >= STRAGGLER_MIN_S
+
+
+def _sync_share(run: RunResult) -> list[Finding]:
+    timed = [e for e in run.ranks if _measured(e) and e["sync_time"] is not None]
+    if len(timed) < 2 or len(timed) < len(run.ranks):
+        return []
+    slow = slowest_rank(timed)
+    comm = min(e["sync_time"] for e in timed)
+    step = (slow["data_time"] or 0.0) + (slow["batch_time"] or 0.0)
+    if step <= 0 or comm / step < SYNC_SHARE_WARN:
+        return []
+    severity = "critical" if comm / step >= SYNC_SHARE_CRITICAL else "warn"
+    batch = round(statistics.median(slow["records"]["samples"]) or 1)
+    evidence = (
+        f"Gradient synchronisation takes {_ms(comm)} of each {_ms(step)} step "
+        f"({comm / step:.0%}), even on rank {slow['rank']}, which waits for no one."
+    )
+    advice = (
+        "Each step exchanges every gradient, however little the ranks computed: more work per "
+        "step makes the exchange a smaller share. Use larger batches per rank, or "
+        "trainer.accumulate_grad_batches (DDP syncs only on the last of them). With CPU "
+        "processes on one machine, fewer ranks with more threads each may be faster."
+    )
+    return [
+        Finding(
+            "overhead_bound", evidence, advice, "batch_size", severity, batch * SYNC_BATCH_FACTOR
+        )
+    ]
+
+
+def rank_findings(run: RunResult) -> list[Finding]:
+    """The doctor's findings that only several ranks show: a straggler rank, the share of time
+    in gradient synchronisation, and CUDA initialised before a fork-based launch.
+
+    A data-bound slowest rank needs no rule here: the job's figures are that rank's, so the
+    doctor's own data-bound rules see it.
+    """
+    return _cuda_fork(run) + (_straggler(run) + _sync_share(run) if run.ranks else [])
+
+
+# -- scaling ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How a run with N processes compares with the same run on one."""
+
+    run: RunResult
+    reference: RunResult
+    processes: int
+
+    @property
+    def speedup(self) -> float:
+        return self.run.samples_per_s / self.reference.samples_per_s
+
+    @property
+    def efficiency(self) -> float:
+        """throughput(N) / (N x throughput(1)): 100% is perfect scaling."""
+        return self.speedup / self.processes
+
+    def __str__(self) -> str:
+        return (
+            f"{self.processes} processes: {self.speedup:.2f}x the samples/s of one, scaling "
+            f"efficiency {self.efficiency:.0%} (100% = {self.processes}x)."
+        )
+
+
+def processes_of(run: RunResult) -> int:
+    return max(1, len(run.ranks))
+
+
+def scaling(sweep: SweepResult) -> list[Scaling]:
+    """Each multi-process run against the one-process run with the same other knobs."""
+
+    def others(run: RunResult) -> dict[str, Any]:
+        return {k: v for k, v in run.knobs.items() if k not in ("devices", "strategy")}
+
+    done = [r for r in sweep.runs if r.ok and r.samples_per_s > 0]
+    out = []
+    for run in done:
+        n = processes_of(run)
+        reference = next(
+            (r for r in done if processes_of(r) == 1 and others(r) == others(run)), None
+        )
+        if n > 1 and reference is not None:
+            out.append(Scaling(run, reference, n))
+    return out
+
+
+def scaling_notes(sweep: SweepResult) -> None:
+    """Note each multi-process run's scaling efficiency on it, and why it falls short."""
+    found = scaling(sweep)
+    for item in found:
+        item.run.notes.append(f"scaling: {item}")
+    cpu = [item for item in found if item.run.device == "cpu"]
+    if cpu:
+        from speedlab.measure.system import usable_cores
+
+        sweep.notes.append(
+            f"Scaling efficiency = samples/s with N processes / (N x samples/s with 1). The CPU "
+            f"processes here share {usable_cores()} cores: each rank gets its share of them "
+            "(Lightning gives each cores/N threads), so N ranks only gain where one process "
+            "left cores idle (per-step overhead, waiting for data); gradient synchronisation "
+            "and the ranks' data loading take their part on top. On N GPUs each rank has a "
+            "device of its own."
+        )

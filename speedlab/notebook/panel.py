@@ -1,0 +1,449 @@
+"""The widget panel: pick knob values, Run, Stop, and watch a results table grow.
+
+Why training runs in a background thread: a notebook kernel handles widget messages (a click
+on Stop, a changed dropdown) only between cells. If Run trained in the kernel's main thread,
+the cell would stay busy until the run ended and Stop could never arrive. So Run starts a
+``speedlab-panel`` thread that calls the ordinary ``run_sweep`` with one combination; the main
+thread stays idle and answers clicks and other cells at once. Stop asks the running Trainer to
+end after the current step (``trainer.should_stop``), skips the remaining validation, and the
+run ends the usual way: its partial result is kept, its workers are shut down and reaped. A
+subprocess would isolate more but would have to re-run the cell's imports and data set-up on
+every click, and could not train the objects the notebook already holds.
+
+While a panel run trains, Trainers built in other cells are measured as part of it (the knobs
+patch the Trainer class for the duration of a run): wait for the run to end before training
+elsewhere.
+
+``show_panel`` is what ``%%profile_train --panel`` and ``%speedlab panel`` call.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import shutil
+import statistics
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+import speedlab
+from speedlab.analysis.doctor import unique_findings
+from speedlab.notebook.live import NotebookView
+from speedlab.results.run import RunResult, SweepResult
+from speedlab.results.table import Table, fmt
+from speedlab.run.intercept import RunControls
+from speedlab.run.knobs import KNOBS, KnobError, Knobs, explain
+
+AS_WRITTEN = "as written"
+#: Values offered for knobs that take numbers or names (the others list their own choices).
+OFFERED = {
+    "workers": ("0", "1", "2", "4", "auto"),
+    "batch_size": ("16", "32", "64", "128", "256", "512", "1024"),
+    "devices": ("1", "2", "4"),
+    "strategy": ("auto", "ddp_notebook", "ddp_spawn", "ddp", "fsdp"),
+}
+WHOLE = "*"  # in hardware_limits: the whole control is unusable
+
+
+def hardware_limits() -> dict[str, dict[str, str]]:
+    """Per knob, the values this machine cannot use and why (``"*"``: the whole control)."""
+    import torch
+
+    limits: dict[str, dict[str, str]] = {}
+    if torch.cuda.is_available():
+        if not torch.cuda.is_bf16_supported():
+            reason = "this GPU has no bf16 support (it needs NVIDIA Ampere or newer)"
+            limits["precision"] = {"bf16-mixed": reason, "bf16-true": reason}
+    else:
+        limits["precision"] = {
+            "16-mixed": "fp16 mixed precision needs a CUDA GPU; on a CPU Lightning runs "
+            "bf16-mixed instead"
+        }
+        limits["pin_memory"] = {
+            WHOLE: "pinned memory only speeds up copies to a CUDA GPU, and there is none"
+        }
+        limits["compile"] = {"reduce-overhead": "its CUDA graphs need a GPU"}
+        limits["strategy"] = {"fsdp": "FSDP shards a model across GPUs; there are none"}
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "cl")):
+        limits["compile"] = {
+            WHOLE: "torch.compile builds C++ code for the CPU and no C++ compiler was found"
+        }
+    if not Path("/dev/shm").is_dir():
+        limits["preload"] = {"shm": "this system has no /dev/shm"}
+    return limits
+
+
+def _choices(name: str) -> tuple[str, ...]:
+    spec = KNOBS[name]
+    return spec.choices or OFFERED.get(name, ())
+
+
+@dataclass
+class PanelRun:
+    """One row of the panel's table: a result and how it came about."""
+
+    result: RunResult
+    baseline: bool
+    stopped: bool
+
+
+class _WidgetHandle:
+    """A live-view output that is the panel's chart widget."""
+
+    def __init__(self, target: widgets.HTML, bundle: dict[str, str]) -> None:
+        self.target = target
+        self.update(bundle)
+
+    def update(self, bundle: dict[str, str]) -> None:
+        self.target.value = bundle.get("text/html", html.escape(bundle.get("text/plain", "")))
+
+
+class _PanelView(NotebookView):
+    """The live view of one panel run: draws into the panel and can stop the run."""
+
+    def __init__(self, chart: widgets.HTML) -> None:
+        super().__init__(lambda bundle: _WidgetHandle(chart, bundle))
+        self.stop_requested = False
+        self.session: Any = None
+
+    def stop(self) -> None:
+        """End the run after its current step; the ticker repeats it for Trainers made later."""
+        self.stop_requested = True
+        self._stop_trainers()
+
+    def _stop_trainers(self) -> None:
+        if self.session is None:
+            return
+        for fit in self.session.fits:
+            fit.trainer.should_stop = True
+            fit.trainer.limit_val_batches = 0  # stopping would otherwise validate first
+
+    def _tick(self, force: bool = False) -> None:
+        if self.stop_requested:
+            self._stop_trainers()
+        super()._tick(force)
+
+    def end_run(self, result: Any) -> None:
+        if self.stop_requested:
+            result.notes.append(f"Stopped from the panel after {result.steps} steps.")
+        super().end_run(result)
+
+    def end_sweep(self, sweep: Any) -> None:
+        """The panel's table shows the comparison."""
+
+
+class Panel:
+    """An ipywidgets panel that runs ``train_fn`` with the knob values picked in its controls.
+
+    Args:
+        train_fn: a zero-argument callable with ordinary Lightning training (the cell).
+        knobs: initial control values (e.g. the first combination of the magic's options).
+        controls: run length and warm-up; ``controls.steps`` fills the steps box.
+        name: a label shown on the panel and stored with each run in the run history.
+        store: the run store path; ``None`` for the default, ``False`` to store nothing.
+
+    Example::
+
+        panel = Panel(train, controls=RunControls(steps=200))
+        panel  # shows the widgets in a notebook
+    """
+
+    def __init__(
+        self,
+        train_fn: Callable[[], Any],
+        *,
+        knobs: Knobs | None = None,
+        controls: RunControls | None = None,
+        name: str | None = None,
+        store: str | Path | bool | None = None,
+    ) -> None:
+        self.train_fn = train_fn
+        self.base_controls = controls or RunControls()
+        self.name = name
+        self.store = store
+        self.runs: list[PanelRun] = []
+        self.baseline_knobs: Knobs | None = None
+        self.thread: threading.Thread | None = None
+        self.view: _PanelView | None = None
+        self.limits = hardware_limits()
+        self.controls = {name: self._control(name, knobs) for name in KNOBS}
+        self.steps = widgets.BoundedIntText(
+            value=self.base_controls.steps or 0,
+            min=0,
+            max=10**9,
+            description="steps",
+            tooltip="Training steps per run; 0 runs as long as the cell says.",
+            layout=widgets.Layout(width="180px"),
+        )
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
+        self.repeat_button = widgets.Button(
+            description="repeat baseline",
+            icon="repeat",
+            disabled=True,
+            tooltip="Run the baseline again: the spread of its runs is the noise to beat.",
+        )
+        self.run_button.on_click(lambda _: self.run())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.repeat_button.on_click(lambda _: self.repeat_baseline())
+        self.help = widgets.HTML(
+            "<small>Hover over a control for what its knob does; the last one you change is "
+            "explained here.</small>"
+        )
+        self.status = widgets.HTML("Pick knob values and press Run. The first run is the baseline.")
+        self.chart = widgets.HTML()
+        self.table = widgets.HTML()
+        self.diagnosis = widgets.HTML()
+        self.errors = widgets.Output()
+        self.widget = widgets.VBox(
+            [
+                widgets.HTML(
+                    "<b>speedlab panel</b>" + (f" &middot; {html.escape(name)}" if name else "")
+                ),
+                widgets.GridBox(
+                    [self._with_reason(n) for n in self.controls],
+                    layout=widgets.Layout(grid_template_columns="repeat(2, 1fr)"),
+                ),
+                self.help,
+                widgets.HBox([self.steps, self.run_button, self.stop_button, self.repeat_button]),
+                self.status,
+                self.chart,
+                self.table,
+                self.diagnosis,
+                self.errors,
+            ]
+        )
+
+    # -- controls -------------------------------------------------------------------------
+
+    def _control(self, name: str, knobs: Knobs | None) -> widgets.Dropdown:
+        limited = self.limits.get(name, {})
+        options = [AS_WRITTEN, *(v for v in _choices(name) if v not in limited)]
+        initial = getattr(knobs, name, None) if knobs is not None else None
+        value = AS_WRITTEN if initial is None else _text(initial)
+        if value not in options:
+            options.append(value)
+        control = widgets.Dropdown(
+            options=options,
+            value=value,
+            description=KNOBS[name].option,
+            tooltip=explain(name),
+            disabled=WHOLE in limited,
+            style={"description_width": "130px"},
+            layout=widgets.Layout(width="300px"),
+        )
+        control.observe(lambda _: setattr(self.help, "value", _help_html(name)), names="value")
+        return control
+
+    def _with_reason(self, name: str) -> widgets.Widget:
+        limited = self.limits.get(name, {})
+        if not limited:
+            return self.controls[name]
+        if WHOLE in limited:
+            reason = f"not available: {limited[WHOLE]}"
+        else:
+            reason = "; ".join(f"{value} not offered: {why}" for value, why in limited.items())
+        note = widgets.HTML(
+            f'<div style="line-height:1.3;font-size:11px;opacity:.8">{html.escape(reason)}</div>',
+            layout=widgets.Layout(width="300px"),
+        )
+        return widgets.VBox([self.controls[name], note])
+
+    def chosen_knobs(self) -> Knobs:
+        """The knob values picked in the controls (checked like any other knob value)."""
+        values = {n: c.value for n, c in self.controls.items() if c.value != AS_WRITTEN}
+        return Knobs(**values)
+
+    def run_controls(self) -> RunControls:
+        c = self.base_controls
+        return RunControls(steps=self.steps.value or None, time=c.time, warmup=c.warmup)
+
+    # -- actions --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def run(self, knobs: Knobs | None = None) -> threading.Thread | None:
+        """Start a run with ``knobs`` (default: the controls) in a background thread."""
+        if self.running:
+            return None
+        try:
+            knobs = self.chosen_knobs() if knobs is None else knobs
+        except KnobError as err:
+            self.status.value = f"<b>Not run:</b> {html.escape(str(err))}"
+            return None
+        baseline = self.baseline_knobs is None or knobs == self.baseline_knobs
+        if self.baseline_knobs is None:
+            self.baseline_knobs = knobs
+        self.view = _PanelView(self.chart)
+        self._set_running(True, knobs)
+        self.thread = threading.Thread(
+            target=self._train,
+            args=(knobs, baseline, self.view),
+            name="speedlab-panel",
+            daemon=True,
+        )
+        self.thread.start()
+        return self.thread
+
+    def repeat_baseline(self) -> threading.Thread | None:
+        """Run the baseline's knobs again, to see how much runs vary by chance."""
+        if self.baseline_knobs is None:
+            return None
+        return self.run(self.baseline_knobs)
+
+    def stop(self) -> None:
+        """End the running run after its current step; it keeps what it measured."""
+        if self.running and self.view is not None:
+            self.view.stop()
+            self.status.value = "Stopping after the current step..."
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the running run has ended; False if it is still running after timeout."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return not self.running
+
+    def _train(self, knobs: Knobs, baseline: bool, view: _PanelView) -> None:
+        from speedlab.run.sweep import SweepSpec, run_sweep
+
+        try:
+            spec = SweepSpec([knobs], self.run_controls(), name=self.name or "panel")
+            sweep = run_sweep(
+                self.train_fn, spec, view=view, store=self.store, show_error=self._show_error
+            )
+            self.runs += [PanelRun(r, baseline, view.stop_requested) for r in sweep.runs]
+            self.diagnosis.value = _findings_html(sweep.diagnosis, sweep.runs)
+        except Exception as err:  # the thread must not die with the buttons disabled
+            self._show_error(err)
+        finally:
+            speedlab.last = self.sweep
+            self.table.value = self.table_html()
+            self._set_running(False, knobs)
+
+    def _show_error(self, err: BaseException) -> None:
+        from speedlab.run.sweep import user_traceback
+
+        lines = traceback.format_exception(type(err), err, user_traceback(err.__traceback__))
+        self.errors.append_stderr("".join(lines))
+
+    def _set_running(self, running: bool, knobs: Knobs) -> None:
+        shown = " ".join(f"{k}={v}" for k, v in knobs.as_dict().items()) or "knobs as written"
+        self.run_button.disabled = running
+        self.repeat_button.disabled = running or self.baseline_knobs is None
+        self.stop_button.disabled = not running
+        for name, control in self.controls.items():
+            control.disabled = running or WHOLE in self.limits.get(name, {})
+        if running:
+            self.status.value = f"Running {html.escape(shown)}..."
+        elif self.runs:
+            last = self.runs[-1]
+            state = "stopped" if last.stopped else "done"
+            self.status.value = f"Run {len(self.runs)} {state}: {html.escape(shown)}."
+
+    # -- results --------------------------------------------------------------------------
+
+    @property
+    def sweep(self) -> SweepResult | None:
+        """All runs made in this panel, the first being the baseline."""
+        return SweepResult([r.result for r in self.runs], name=self.name) if self.runs else None
+
+    def reference_rate(self) -> float:
+        """The baseline's samples/s: the median over its repeats."""
+        rates = [r.result.samples_per_s for r in self.runs if r.baseline and r.result.steps]
+        rates = [x for x in rates if math.isfinite(x)]
+        return statistics.median(rates) if rates else math.nan
+
+    def table_html(self) -> str:
+        """The results table: one row per run, speedup over the baseline and noise."""
+        if not self.runs:
+            return ""
+        reference = self.reference_rate()
+        first = self.runs[0].result
+        rows = []
+        for i, row in enumerate(self.runs, 1):
+            r = row.result
+            spread = r.throughput_summary
+            noise = spread.iqr / 2 / spread.median if spread.median > 0 else math.nan
+            speedup = r.samples_per_s / reference if reference > 0 else math.nan
+            status = f"error: {r.error}" if r.error else "stopped" if row.stopped else "ok"
+            label = "baseline" if row.baseline else r.label(first)
+            rows.append(
+                [
+                    str(i),
+                    label + (" (repeat)" if row.baseline and i > 1 else ""),
+                    fmt(r.samples_per_s, ",.1f"),
+                    fmt(speedup, ".2f", suffix="x"),
+                    f"±{noise:.1%}" if math.isfinite(noise) else "-",
+                    fmt(r.data_time, ".2f", scale=1e3),
+                    fmt(r.batch_time, ".2f", scale=1e3),
+                    fmt(r.data_share, ".0%"),
+                    str(r.steps),
+                    status,
+                ]
+            )
+        columns = ["#", "run", "samples/s", "speedup", "noise", "data_time ms", "batch_time ms"]
+        table = Table([*columns, "data share", "steps", "status"], rows)
+        return table._repr_html_() + self._noise_html()
+
+    def _noise_html(self) -> str:
+        rates = [r.result.samples_per_s for r in self.runs if r.baseline and r.result.steps]
+        rates = [x for x in rates if math.isfinite(x)]
+        if len(rates) < 2:
+            return (
+                "<small>noise: half the spread (IQR) of the steps' samples/s. Press "
+                "<i>repeat baseline</i> to see how much whole runs vary.</small>"
+            )
+        middle = statistics.median(rates)
+        spread = (max(rates) - min(rates)) / 2 / middle
+        return (
+            f"<small>The baseline ran {len(rates)} times: {min(rates):,.1f} to {max(rates):,.1f} "
+            f"samples/s (±{spread:.1%}). Speedups within that are noise.</small>"
+        )
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def _text(value: Any) -> str:
+    """A knob value as the controls write it (``True`` -> ``on``)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _help_html(name: str) -> str:
+    return f'<div style="max-width:620px"><small>{html.escape(explain(name))}</small></div>'
+
+
+def _findings_html(sweep_findings: list[Any], runs: list[RunResult]) -> str:
+    # The sweep's findings hold its best run's own: each is shown once.
+    findings = unique_findings([*sweep_findings, *(f for r in runs for f in r.diagnosis)])
+    if not findings:
+        return ""
+    items = "".join(f"<li>{html.escape(str(f))}</li>" for f in findings)
+    return f"<b>Diagnosis</b><ul>{items}</ul>"
+
+
+def show_panel(
+    train_fn: Callable[[], Any],
+    *,
+    knobs: Knobs | None = None,
+    controls: RunControls | None = None,
+    name: str | None = None,
+) -> Panel:
+    """Build and display a Panel for ``train_fn``; returns it (so tests and users can drive it)."""
+    from IPython.display import display
+
+    panel = Panel(train_fn, knobs=knobs, controls=controls, name=name)
+    display(panel.widget)
+    return panel

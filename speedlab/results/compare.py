@@ -1,0 +1,122 @@
+"""Fair comparison of two runs: is a difference in throughput beyond the noise of both?
+
+As torch.utils.benchmark does, a run is summarised by the median and interquartile range of
+its throughput: over its ``--repeat`` replicates when it has them, else over its steady steps
+(over windows of steps when DataLoader workers deliver in bursts; see
+``RunResult.throughput_summary``).
+Two runs differ when the middle halves of their distributions do not overlap and the change
+is large enough to outlast drift between runs, which grows when other processes share the
+machine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from speedlab.measure.system import usable_cores
+from speedlab.results.run import RunResult
+from speedlab.results.stats import Summary
+
+MIN_EFFECT = 0.05
+"""Smallest throughput change ever called significant: run-to-run drift is often this large
+even when the per-step spread is small."""
+SHARED_EFFECT = 0.5
+"""How much the smallest significant change grows with other processes' CPU use: by this times
+the share of the cores they took during either run (on a 2-core machine, others using one core
+raise it from 5% to 30%). Their load comes and goes between runs, so the runs drift apart."""
+NOISY_IQR = 0.10
+"""Interquartile range over median above which a run's figures get a noise warning (as
+torch.utils.benchmark warns)."""
+MIN_STEPS = 3
+"""Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
+is compared."""
+
+
+def run_cores(run: RunResult) -> int:
+    """Cores the run could use: the sampled count, capped by this process's affinity and quota."""
+    return min(int(run.system.get("cores") or usable_cores()), usable_cores())
+
+
+def other_processes_cores(run: RunResult) -> float:
+    """Cores that processes outside the run used while it ran (machine CPU less the run's).
+
+    0 when the machine's figures cover more cores than the run may use (a container with a CPU
+    quota sees the whole host's CPU, mostly other tenants' cores).
+    """
+    s = run.system
+    if s.get("cpu_percent") is None or int(s.get("cores") or 0) != run_cores(run):
+        return 0.0
+    ours = (s.get("main_cpu_percent", 0.0) + s.get("workers_cpu_percent", 0.0)) / 100
+    return max(0.0, s["cpu_percent"] / 100 * int(s.get("cores") or 1) - ours)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Whether run ``b`` is faster or slower than run ``a`` beyond the noise of both.
+
+    ``speedup`` is b's samples/s over a's. ``significant`` when the middle halves (q1-q3) of the
+    two throughput distributions do not overlap and the change is at least ``MIN_EFFECT``, more
+    when other processes took CPU during the runs (``SHARED_EFFECT``).
+    The distributions are the ``--repeat`` replicates' throughputs when a run has them, else its
+    steady steps' throughputs (``RunResult.throughput_summary``), which cannot show drift
+    between runs: ``warnings`` says so.
+    """
+
+    speedup: float
+    significant: bool
+    a: Summary
+    b: Summary
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        if not self.significant:
+            return "within noise"
+        return "faster" if self.speedup > 1 else "slower"
+
+    def __str__(self) -> str:
+        spread = (
+            f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
+            " samples/s"
+        )
+        return f"{self.speedup:.2f}x, {self.verdict} ({spread})"
+
+
+def spread_warning(throughput: Summary) -> str | None:
+    """What to say of a throughput spread wider than ``NOISY_IQR`` of its median; else None."""
+    if not throughput.relative_iqr > NOISY_IQR:
+        return None
+    return (
+        f"the interquartile range is {throughput.relative_iqr:.0%} of the median; other work on "
+        "the machine may have disturbed the run."
+    )
+
+
+def compare(a: RunResult, b: RunResult) -> Comparison:
+    """Compare b with a: speedup, and whether it is beyond noise (see ``Comparison``)."""
+    sa, sb = a.throughput_summary, b.throughput_summary
+    ra, rb = a.samples_per_s, b.samples_per_s
+    speedup = rb / ra if ra > 0 and math.isfinite(ra) and math.isfinite(rb) else math.nan
+    warnings = []
+    for run, s in ((a, sa), (b, sb)):
+        name = run.label() if run.knobs else "the cell's own settings"
+        if noisy := spread_warning(s):
+            warnings.append(f"{name}: {noisy}")
+        if s.n < MIN_STEPS:
+            warnings.append(f"{name}: only {s.n} measurements, too few to tell.")
+    if not (a.replicates and b.replicates):
+        warnings.append(
+            "Single runs: drift between runs is not measured; --repeat 3 confirms a small change."
+        )
+    shared = max(other_processes_cores(a) / run_cores(a), other_processes_cores(b) / run_cores(b))
+    needed = MIN_EFFECT + SHARED_EFFECT * shared
+    if needed >= 2 * MIN_EFFECT:
+        warnings.append(
+            f"Other processes used up to {shared:.0%} of the cores during these runs: a change "
+            f"under {needed:.0%} is not called significant."
+        )
+    apart = sa.q3 < sb.q1 or sb.q3 < sa.q1
+    big = math.isfinite(speedup) and abs(speedup - 1) >= needed
+    enough = min(sa.n, sb.n) >= MIN_STEPS
+    return Comparison(speedup, bool(apart and big and enough), sa, sb, tuple(warnings))

@@ -1,0 +1,403 @@
+"""Result objects: one RunResult per training run, a SweepResult for a comparison of runs.
+
+Headline figures are derived from the per-step records, steady-state steps only, so a stored
+result re-read from the run store gives the same figures as the live one.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speedlab.results.stats import Summary, summarize
+from speedlab.results.table import Table, fmt
+
+PHASES = ("setup", "preload", "compile", "epoch_start", "warmup", "steady", "validation")
+RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
+WORKERS_CPU_MIN_PERCENT = 1.0
+"""CPU (percent of a core) the child processes must use before they count as DataLoader
+workers when nothing else says how many workers there were."""
+WINDOW_ROUNDS = 2
+"""Rounds of the DataLoader workers (one batch from each) in each window of a run's throughput
+spread (see ``RunResult.throughput_summary``)."""
+MIN_WINDOWS = 5
+"""Fewest windows a run's throughput spread is cut into: windows of fewer rounds (down to one)
+when the run is short."""
+
+
+def empty_records() -> dict[str, list]:
+    return {key: [] for key in RECORD_KEYS}
+
+
+@dataclass
+class RunResult:
+    """What one training run measured.
+
+    ``records`` holds one entry per training step in parallel lists: ``t`` (seconds since the
+    fit started, when the step began waiting for its batch), ``data_time``, ``batch_time``,
+    ``wall`` (host wall time of the whole step, validation excluded, so it also holds other
+    callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are medians over steps
+    in the ``steady`` phase. ``records["pipeline"]``, when present, holds the DataLoader workers'
+    batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.measure.pipeline).
+    ``host_syncs``, on a GPU, counts the synchronizing CUDA operations of a few warm-up steps
+    per source line (``{"steps": n, "lines": [{"file", "line", "count"}]}``; speedlab.measure.syncs).
+    """
+
+    knobs: dict[str, Any] = field(default_factory=dict)
+    records: dict[str, list] = field(default_factory=empty_records)
+    phases: dict[str, float] = field(default_factory=dict)
+    system: dict[str, Any] = field(default_factory=dict)
+    final_loss: float | None = None
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    wall_time: float = 0.0
+    device: str = "cpu"
+    workload: dict[str, Any] = field(default_factory=dict)
+    speedup: float | None = None
+    diagnosis: list[Any] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    replicates: list[RunResult] = field(default_factory=list)
+    host_syncs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.records["data_time"])
+
+    @property
+    def samples(self) -> int:
+        return int(sum(self.records["samples"]))
+
+    def _steady(self) -> list[int]:
+        return [i for i, phase in enumerate(self.records["phase"]) if phase == "steady"]
+
+    def steady_total(self, key: str) -> float:
+        """One per-step record (``"data_time"``, ``"wall"``, ...) summed over the steady steps."""
+        values = self.records[key]
+        return sum(values[i] for i in self._steady())
+
+    def _summary(self, key: str) -> Summary:
+        values = self.records[key]
+        return summarize([values[i] for i in self._steady()])
+
+    @property
+    def data_summary(self) -> Summary:
+        return self._summary("data_time")
+
+    @property
+    def batch_summary(self) -> Summary:
+        return self._summary("batch_time")
+
+    @property
+    def data_time(self) -> float:
+        return self.data_summary.median
+
+    @property
+    def batch_time(self) -> float:
+        return self.batch_summary.median
+
+    @property
+    def step_time(self) -> float:
+        return self.data_time + self.batch_time
+
+    @property
+    def data_share(self) -> float:
+        step = self.step_time
+        return self.data_time / step if step > 0 else math.nan
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples over the wall time of the steady-state steps."""
+        if self.replicates:
+            return summarize([r.samples_per_s for r in self.replicates]).median
+        seconds = self.steady_total("wall")
+        return self.steady_total("samples") / seconds if seconds > 0 else math.nan
+
+    @property
+    def throughput_summary(self) -> Summary:
+        """Spread of samples/s across replicates (``--repeat``), or else over the single run's
+        steady steps: step by step without DataLoader workers, and over windows of
+        ``WINDOW_ROUNDS`` rounds of the workers with them (fewer rounds if the run has fewer
+        than ``MIN_WINDOWS`` windows of those). Workers hand over batches in bursts (several
+        ready at once, then a long wait), so one step's throughput says little on its own.
+        The batches go to the workers in turn, so a window of whole rounds holds as many
+        batches of each worker, and a slow worker weighs the same in every window."""
+        if self.replicates:
+            return summarize([r.samples_per_s for r in self.replicates])
+        r, steady = self.records, self._steady()
+        workers = self.loader_workers()
+        rounds = min(WINDOW_ROUNDS, len(steady) // (MIN_WINDOWS * workers)) if workers else 1
+        size = max(1, rounds) * max(1, workers)
+        windows = [steady[i : i + size] for i in range(0, len(steady) - size + 1, size)]
+        return summarize(
+            [
+                sum(r["samples"][i] for i in w) / wall
+                for w in windows
+                if (wall := sum(r["wall"][i] for i in w)) > 0
+            ]
+        )
+
+    def loader_workers(self) -> int:
+        """DataLoader workers of the run: the knob when set, else the workers that stamped
+        batches. Without stamps, the child processes the sampler saw, if they did any work: an
+        idle child (such as multiprocessing's resource tracker) is not a worker."""
+        workers = self.knobs.get("workers")
+        if isinstance(workers, int):
+            return workers
+        stamps = self.records.get("pipeline")
+        if stamps is not None:
+            return len(set(stamps.get("worker", [])))
+        busy = self.system.get("workers_cpu_percent", 0.0) >= WORKERS_CPU_MIN_PERCENT
+        return int(self.system.get("peak_workers") or 0) if busy else 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def label(self, baseline: RunResult | None = None) -> str:
+        """The knobs that differ from the baseline, as ``workers=2 preload=ram``."""
+        base = baseline.knobs if baseline is not None else {}
+        changed = {k: v for k, v in self.knobs.items() if base.get(k) != v}
+        if baseline is self or (baseline is not None and not changed):
+            return "baseline"
+        return " ".join(f"{k}={v}" for k, v in changed.items()) or "run"
+
+    def summary_line(self) -> str:
+        if self.error and not self.steps:
+            return f"failed: {self.error}"
+        return (
+            f"{fmt(self.samples_per_s, '.1f')} samples/s, data_time {fmt(self.data_time, '.2f', scale=1e3)} ms, "
+            f"batch_time {fmt(self.batch_time, '.2f', scale=1e3)} ms, data share "
+            f"{fmt(self.data_share, '.0%')} ({self.steps} steps)"
+        )
+
+    def __str__(self) -> str:
+        return self.summary_line()
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self.report())
+
+    def report(self) -> str:
+        """A readable breakdown: medians with p10/p90, share, throughput, phases, system."""
+        d, b = self.data_summary, self.batch_summary
+        lines = [
+            f"samples/s     {fmt(self.samples_per_s, '.1f')}   ({self.samples} samples in {self.steps} steps)",
+            f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
+            f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
+            f"data share    {fmt(self.data_share, '.0%')}",
+            "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items() if v > 0),
+        ]
+        if self.system:
+            lines.append(
+                f"CPU           {fmt(self.system.get('cpu_percent'), '.0f')}% of the machine, "
+                f"peak RSS {fmt(self.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB"
+            )
+        if self.final_loss is not None:
+            lines.append(f"final loss    {self.final_loss:.4f}")
+        if self.ranks:
+            from speedlab.measure.ranks import rank_table  # lazy: that module imports this one
+
+            lines.append(str(rank_table(self)))
+        lines += [f"note: {n}" for n in self.notes]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+    def timeline(self, **kwargs: Any) -> Any:
+        """The pipeline chart of this run (a matplotlib Figure)."""
+        from speedlab.notebook.plots import timeline_figure
+
+        return timeline_figure(self, **kwargs)
+
+    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "knobs": self.knobs,
+            "steps": self.steps,
+            "samples": self.samples,
+            "samples_per_s": _finite(self.samples_per_s),
+            "data_time": _finite(self.data_time),
+            "batch_time": _finite(self.batch_time),
+            "step_time": _finite(self.step_time),
+            "data_share": _finite(self.data_share),
+            "data_time_p10": _finite(self.data_summary.p10),
+            "data_time_p90": _finite(self.data_summary.p90),
+            "batch_time_p10": _finite(self.batch_summary.p10),
+            "batch_time_p90": _finite(self.batch_summary.p90),
+            "phases": self.phases,
+            "system": self.system,
+            "final_loss": self.final_loss,
+            "losses": self.losses,
+            "error": self.error,
+            "notes": self.notes,
+            "wall_time": self.wall_time,
+            "device": self.device,
+            "workload": self.workload,
+            "speedup": self.speedup,
+            "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
+            "ranks": self.ranks,
+            "replicates": [r.to_dict(records=records) for r in self.replicates],
+            "host_syncs": self.host_syncs,
+        }
+        if records:
+            out["records"] = self.records
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """Rebuild a result from ``to_dict()`` output (figures are re-derived from records)."""
+        return cls(
+            knobs=dict(data.get("knobs", {})),
+            records=_records_from_dict(data.get("records", {})),
+            phases=dict(data.get("phases", {})),
+            system=dict(data.get("system", {})),
+            final_loss=data.get("final_loss"),
+            losses=[tuple(x) for x in data.get("losses", [])],
+            error=data.get("error"),
+            notes=list(data.get("notes", [])),
+            wall_time=data.get("wall_time", 0.0),
+            device=data.get("device", "cpu"),
+            workload=dict(data.get("workload", {})),
+            speedup=data.get("speedup"),
+            diagnosis=list(data.get("diagnosis", [])),
+            ranks=list(data.get("ranks", [])),
+            replicates=[cls.from_dict(r) for r in data.get("replicates", [])],
+            host_syncs=dict(data.get("host_syncs", {})),
+        )
+
+
+def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:
+    """The step records, and the worker stamps (``pipeline``, see speedlab.measure.pipeline) if any."""
+    out: dict[str, Any] = {k: list(records.get(k, [])) for k in RECORD_KEYS}
+    if "pipeline" in records:
+        out["pipeline"] = {k: list(v) for k, v in records["pipeline"].items()}
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+@dataclass
+class SweepResult:
+    """The runs of one ``%%profile_train`` cell or ``profile_train`` call; the first is the baseline."""
+
+    runs: list[RunResult]
+    name: str | None = None
+    diagnosis: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    chosen: RunResult | None = None
+    """The run a search settled on (autotune's best), which ``best`` returns when set."""
+
+    def __post_init__(self) -> None:
+        self.update_speedups()
+
+    def update_speedups(self) -> None:
+        """Set each run's speedup: its samples/s over the baseline's."""
+        base = self.baseline.samples_per_s if self.runs else math.nan
+        for run in self.runs:
+            ok = math.isfinite(run.samples_per_s) and math.isfinite(base) and base > 0
+            run.speedup = run.samples_per_s / base if ok else None
+
+    @property
+    def baseline(self) -> RunResult:
+        return self.runs[0]
+
+    @property
+    def best(self) -> RunResult | None:
+        """The fastest run that finished without error, or the run a search chose: autotune
+        keeps only changes that help beyond noise, so a run that merely measured faster once
+        is not its best."""
+        if self.chosen is not None:
+            return self.chosen
+        done = [r for r in self.runs if r.ok and math.isfinite(r.samples_per_s)]
+        return max(done, key=lambda r: r.samples_per_s, default=None)
+
+    def table(self) -> Table:
+        """One row per run: throughput, its speedup over the baseline and whether that is
+        beyond noise (``speedlab.results.compare``), the medians, the system figures and the notes."""
+        from speedlab.results.compare import (  # lazy: compare imports this module
+            compare,
+            spread_warning,
+        )
+
+        columns = [
+            "run",
+            "samples/s",
+            "speedup",
+            "vs baseline",
+            "data_time ms",
+            "batch_time ms",
+            "data share",
+            "CPU %",
+            "peak RSS MB",
+            "final loss",
+            "notes",
+        ]
+        rows = []
+        for run in self.runs:
+            spread = run.throughput_summary
+            rate = fmt(run.samples_per_s, ".1f")
+            if run.replicates:
+                rate += f" ±{fmt(spread.iqr / 2, '.1f')}"
+            versus = "-"
+            if run is not self.baseline and run.speedup is not None:
+                versus = compare(self.baseline, run).verdict
+            noisy = spread_warning(spread)
+            rows.append(
+                [
+                    run.label(self.baseline),
+                    rate,
+                    fmt(run.speedup, ".2f", suffix="x"),
+                    versus,
+                    fmt(run.data_time, ".2f", scale=1e3),
+                    fmt(run.batch_time, ".2f", scale=1e3),
+                    fmt(run.data_share, ".0%"),
+                    fmt(run.system.get("cpu_percent"), ".0f"),
+                    fmt(run.system.get("peak_rss_bytes"), ".0f", scale=1e-6),
+                    fmt(run.final_loss, ".3f"),
+                    "; ".join(
+                        ([f"error: {run.error}"] if run.error else [])
+                        + ([f"noisy: {noisy}"] if noisy else [])
+                        + run.notes
+                    ),
+                ]
+            )
+        return Table(columns, rows, caption=self.name or "")
+
+    def plot(self) -> Any:
+        """Per run a stacked bar of data_time and batch_time, and samples/s (a matplotlib Figure)."""
+        from speedlab.notebook.plots import sweep_figure
+
+        return sweep_figure(self)
+
+    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "runs": [r.to_dict(records=records) for r in self.runs],
+            "best": next((i for i, r in enumerate(self.runs) if r is self.best), None),
+            "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
+            "notes": self.notes,
+        }
+
+    def to_json(self, *, records: bool = True, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(records=records), indent=indent)
+
+    def to_csv(self, path: str | Path) -> Path:
+        return self.table().to_csv(path)
+
+    def __str__(self) -> str:
+        return "\n".join([str(self.table()), *self.notes])
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(str(self))
+        for finding in self.diagnosis:
+            p.break_()
+            p.text(str(finding))
+
+    def _repr_html_(self) -> str:
+        findings = "".join(f"<li>{html.escape(str(f))}</li>" for f in self.diagnosis)
+        return self.table()._repr_html_() + (f"<ul>{findings}</ul>" if findings else "")

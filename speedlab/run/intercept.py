@@ -1,0 +1,361 @@
+"""Apply one run's knobs to ordinary Lightning code, and put everything back afterwards.
+
+``Intercept`` is the one context manager that touches global state. While it is active, every
+``Trainer`` the cell builds (``lightning.pytorch`` or ``pytorch_lightning``) gets a SpeedProbe
+and the knobs' Trainer arguments, and every ``fit`` gets a compiled model, a rebuilt training
+DataLoader and preloaded data. On exit: Trainer classes unpatched, matmul precision, SIGINT
+handler, environment and torch settings restored, worker processes ended, /dev/shm copies gone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from speedlab.measure.compat import is_datamodule, trainer_classes
+from speedlab.measure.pipeline import probe_sink
+from speedlab.measure.probe import SpeedProbe
+from speedlab.measure.ranks import check_fork, forked_rank_threads_note
+from speedlab.run.knobs import DATA_KNOBS, Knobs
+from speedlab.run.loaders import rebuild_loader, shutdown_loader
+from speedlab.run.preload import Preloaded, preload
+
+
+@dataclass(frozen=True)
+class RunControls:
+    """How long each run trains and what counts as warm-up (not knobs: they are not compared)."""
+
+    steps: int | None = None
+    time: float | None = None
+    warmup: int = 5
+
+
+@dataclass
+class FitRecord:
+    """One ``trainer.fit`` call seen during a run."""
+
+    trainer: Any
+    probe: SpeedProbe
+    notes: list[str] = field(default_factory=list)
+    preload_s: float = 0.0
+    model: Any = None
+    exception: BaseException | None = None
+
+    def workload(self) -> dict[str, Any]:
+        """What was trained: the model's class and size, and how many training samples it had."""
+        out: dict[str, Any] = {}
+        if self.model is not None:
+            out["model"] = type(self.model).__qualname__
+            out["parameters"] = sum(p.numel() for p in self.model.parameters())
+        loader = getattr(self.trainer, "train_dataloader", None)
+        dataset = getattr(loader, "dataset", None)
+        if dataset is not None and hasattr(dataset, "__len__"):
+            out["dataset"] = type(dataset).__qualname__
+            out["dataset_len"] = len(dataset)
+        return out
+
+
+def resolve_precision(requested: str, notes: list[str]) -> str:
+    """``amp`` -> the best mixed precision this hardware has."""
+    if requested != "amp":
+        return requested
+    import torch
+
+    if torch.cuda.is_available():
+        chosen = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+        notes.append(f"precision=amp ran as {chosen} on {torch.cuda.get_device_name()}.")
+    else:
+        chosen = "bf16-mixed"
+        notes.append(
+            "precision=amp ran as bf16-mixed: without a CUDA GPU, bf16 autocast on the CPU is the "
+            "only mixed precision (fp16 AMP is GPU-only)."
+        )
+    return chosen
+
+
+def _hardware_notes(knobs: Knobs, notes: list[str]) -> None:
+    import torch
+
+    if knobs.matmul in ("high", "medium") and not torch.cuda.is_available():
+        notes.append(
+            f"matmul={knobs.matmul} changes nothing measurable here: TF32/bf16 matmuls need an "
+            "NVIDIA Ampere or newer GPU, and CPU float32 matmuls stay float32."
+        )
+
+
+def restore_sigint(handler: Any) -> None:
+    """Put the SIGINT handler back, from the main thread only.
+
+    Only the main thread may set it, and Lightning changes it only there: a run in a background
+    thread (the panel's) leaves it alone.
+    """
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
+
+
+_QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
+
+
+class _GlobalState:
+    """Snapshot of the process-wide settings a run may change.
+
+    Lightning's info messages ("GPU available ...") are held back during runs: a sweep would
+    repeat them for every run, between the live lines.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self.log_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self.matmul = torch.get_float32_matmul_precision()
+        self.sigint = signal.getsignal(signal.SIGINT)
+        self.environ = dict(os.environ)
+        self.threads = torch.get_num_threads()
+        self.cudnn_benchmark = torch.backends.cudnn.benchmark
+
+    def restore(self) -> None:
+        import torch
+
+        torch.set_float32_matmul_precision(self.matmul)
+        restore_sigint(self.sigint)
+        for key in set(os.environ) - set(self.environ):
+            del os.environ[key]
+        os.environ.update(self.environ)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        for name, level in self.log_levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+class Intercept:
+    """Patch Trainer construction and fit for one run; restore everything on exit.
+
+    Example::
+
+        with Intercept(Knobs(workers=2), RunControls(steps=30)) as run:
+            train_fn()
+        results = [fit.probe.result() for fit in run.fits]
+    """
+
+    def __init__(self, knobs: Knobs, controls: RunControls | None = None) -> None:
+        self.knobs = knobs
+        self.controls = controls or RunControls()
+        self.fits: list[FitRecord] = []
+        self.notes: list[str] = []
+        self.active_probe: SpeedProbe | None = None
+        self._pending: dict[int, tuple[SpeedProbe, list[str]]] = {}
+        self._patched: list[tuple[type, str, Any]] = []
+        self._loaders: list[Any] = []
+        self._state: _GlobalState | None = None
+
+    # -- context ----------------------------------------------------------------------------
+
+    def __enter__(self) -> Intercept:
+        import torch
+
+        self._state = _GlobalState()
+        try:
+            if self.knobs.matmul is not None:
+                torch.set_float32_matmul_precision(self.knobs.matmul)
+            _hardware_notes(self.knobs, self.notes)
+            for cls in trainer_classes():
+                self._patch(cls, "__init__", self._wrap_init(cls.__init__))
+                self._patch(cls, "fit", self._wrap_fit(cls.fit))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, name, original in reversed(self._patched):
+            setattr(cls, name, original)
+        self._patched.clear()
+        for loader in self._loaders:
+            shutdown_loader(loader)
+        self._loaders.clear()
+        if self.knobs.compile not in (None, "off"):
+            import torch
+
+            torch._dynamo.reset()  # compiled code of this run must not serve the next one
+        if self._state is not None:
+            self._state.restore()
+
+    def _patch(self, cls: type, name: str, replacement: Any) -> None:
+        self._patched.append((cls, name, cls.__dict__[name]))
+        setattr(cls, name, replacement)
+
+    # -- Trainer(...) -----------------------------------------------------------------------
+
+    def trainer_kwargs(
+        self, kwargs: dict[str, Any], notes: list[str]
+    ) -> tuple[dict[str, Any], SpeedProbe]:
+        """The user's Trainer arguments with the knobs applied and a SpeedProbe attached."""
+        kwargs = dict(kwargs)
+        k, c = self.knobs, self.controls
+        if k.precision is not None:
+            kwargs["precision"] = resolve_precision(k.precision, notes)
+        if k.devices is not None:
+            kwargs["devices"] = k.devices
+        if k.strategy is not None:
+            kwargs["strategy"] = k.strategy
+        kwargs.update(k.trainer)
+        if c.steps is not None:
+            kwargs["max_steps"] = c.steps
+        if c.time is not None:
+            kwargs["max_time"] = datetime.timedelta(seconds=c.time)
+        probe = SpeedProbe(warmup=c.warmup, compiled=k.compile not in (None, "off") or None)
+        callbacks = kwargs.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        kwargs["callbacks"] = [*callbacks, probe]
+        return kwargs, probe
+
+    def _wrap_init(self, original: Any) -> Any:
+        session = self
+
+        @functools.wraps(original)
+        def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
+            notes: list[str] = []
+            kwargs, probe = session.trainer_kwargs(kwargs, notes)
+            original(trainer, *args, **kwargs)
+            requested = kwargs.get("precision")
+            actual = str(getattr(trainer, "precision", requested))
+            if requested is not None and actual != str(requested):
+                notes.append(
+                    f"precision={requested} is not supported on this hardware; Lightning ran "
+                    f"{actual} instead."
+                )
+            session._pending[id(trainer)] = (probe, notes)
+
+        return __init__
+
+    # -- trainer.fit(...) -------------------------------------------------------------------
+
+    def _wrap_fit(self, original: Any) -> Any:
+        session = self
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def fit(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+            probe, notes = session._pending.get(id(trainer), (None, []))
+            if probe is None:  # built before the run started: measure it all the same
+                probe = SpeedProbe(warmup=session.controls.warmup)
+                trainer.callbacks.append(probe)
+            bound = signature.bind(trainer, *args, **kwargs)
+            record = FitRecord(trainer, probe, notes=list(notes))
+            session.fits.append(record)
+            session.active_probe = probe
+            preloaded: list[Preloaded] = []
+            try:
+                check_fork(trainer)  # ddp_notebook after CUDA: refuse, and say why
+                threads_note = forked_rank_threads_note(trainer)
+                if threads_note is not None:
+                    record.notes.append(threads_note)
+                session._prepare(bound.arguments, record, preloaded)
+                return original(*bound.args, **bound.kwargs)
+            except SystemExit:
+                # Lightning answers Ctrl-C by ignoring SIGINT and calling sys.exit(1).
+                if isinstance(probe.exception, KeyboardInterrupt):
+                    raise KeyboardInterrupt from None
+                raise
+            except BaseException as err:
+                record.exception = err
+                raise
+            finally:
+                if session._state is not None:
+                    restore_sigint(session._state.sigint)
+                for item in preloaded:
+                    item.cleanup()
+                session._shutdown_trainer_loaders(trainer)
+                if record.model is not None and session.knobs.compile not in (None, "off"):
+                    record.model._compiled_call_impl = (
+                        None  # the user's model runs uncompiled again
+                    )
+
+        return fit
+
+    def _prepare(self, args: dict[str, Any], record: FitRecord, preloaded: list[Preloaded]) -> None:
+        """Compile the model and rebuild the training data source, as the knobs ask."""
+        k = self.knobs
+        model = args["model"]
+        if k.compile not in (None, "off"):
+            # Module.compile compiles forward in place; torch.compile(model) would make Lightning
+            # trace training_step, where self.log breaks the graph. Undone after the fit.
+            mode = None if k.compile in ("on", "default") else k.compile
+            model.compile(mode=mode)
+        record.model = getattr(model, "_orig_mod", model)
+        # Without data knobs the loader is still rebuilt, only to stamp its batches (timeline).
+        stamp_only = all(getattr(k, name) in (None, "off") for name in DATA_KNOBS)
+        source = args.get("train_dataloaders")
+        if is_datamodule(source):
+            args["datamodule"], args["train_dataloaders"] = source, None
+            source = None
+        if source is not None:
+            args["train_dataloaders"] = self._rebuild(source, record, preloaded, stamp_only)
+            return
+        owner = args.get("datamodule") or record.model
+        original = getattr(owner, "train_dataloader", None)
+        if original is None:
+            if not stamp_only:
+                record.notes.append("No training DataLoader found to apply the data knobs to.")
+            return
+
+        def train_dataloader() -> Any:
+            owner.__dict__.pop("train_dataloader", None)  # rebuild once; Lightning may call again
+            return self._rebuild(original(), record, preloaded, stamp_only)
+
+        owner.train_dataloader = train_dataloader
+
+    def _rebuild(
+        self, loader: Any, record: FitRecord, preloaded: list[Preloaded], stamp_only: bool = False
+    ) -> Any:
+        from torch.utils.data import DataLoader
+
+        if stamp_only and type(loader) is not DataLoader:
+            return loader  # the user's own loader class is only replaced when a data knob asks
+        if not isinstance(loader, DataLoader):
+            record.notes.append(
+                f"The training data is a {type(loader).__name__}, not a DataLoader: the data knobs "
+                "were not applied."
+            )
+            return loader
+        dataset = loader.dataset
+        if self.knobs.preload not in (None, "off"):
+            start = time.perf_counter()
+            item = preload(self.knobs.preload, dataset)
+            record.preload_s += time.perf_counter() - start
+            preloaded.append(item)
+            record.notes += item.notes
+            dataset = item.dataset
+        devices = self.knobs.devices or 1
+        rebuilt = rebuild_loader(
+            loader,
+            self.knobs,
+            dataset=dataset,
+            devices=devices,
+            notes=record.notes,
+            stamps=probe_sink(record.probe),
+        )
+        self._loaders.append(rebuilt)
+        return rebuilt
+
+    def _shutdown_trainer_loaders(self, trainer: Any) -> None:
+        """End the workers of every loader this fit used, the user's own included."""
+        loaders = list(self._loaders)
+        fit_loop = trainer.fit_loop
+        for loop in (fit_loop, fit_loop.epoch_loop.val_loop):
+            combined = getattr(loop, "_combined_loader", None)
+            if combined is not None:
+                loaders += list(combined.flattened)
+        for loader in loaders:
+            shutdown_loader(loader)

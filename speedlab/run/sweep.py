@@ -1,0 +1,339 @@
+"""Sweeps: run a training function once per knob combination and collect comparable results.
+
+``profile_train`` is the Python API; ``%%profile_train`` builds the same ``SweepSpec`` from its
+options and calls the same ``run_sweep``. Every option is checked before anything runs, each
+run is stored as it ends, and an interrupt keeps what was measured so far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import speedlab
+from speedlab.analysis.doctor import diagnose, diagnose_sweep
+from speedlab.measure.ranks import describe_rank_failure, scaling_notes
+from speedlab.notebook.live import LiveView, choose_view
+from speedlab.results.run import RunResult, SweepResult
+from speedlab.results.stats import summarize
+from speedlab.results.store import RunStore
+from speedlab.run.intercept import Intercept, RunControls
+from speedlab.run.knobs import KNOBS, KnobError, Knobs, as_list, sweep_plan
+
+_PACKAGE_DIR = str(Path(speedlab.__file__).parent)
+_REAP_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A checked sweep: the runs to make and how each one is controlled."""
+
+    plan: list[Knobs]
+    controls: RunControls
+    repeat: int = 1
+    name: str | None = None
+
+
+def _check_number(option: str, value: Any, kind: type, low: float, allowed: str) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        ok = ok and float(value).is_integer()
+    if not ok or value < low:
+        raise KnobError(option, value, allowed)
+    return kind(value)
+
+
+def plan_sweep(
+    knobs: Mapping[str, Any],
+    *,
+    trainer: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    time: float | None = None,
+    warmup: int = 5,
+    repeat: int = 1,
+    name: str | None = None,
+) -> SweepSpec:
+    """Check every option and build the cartesian product of the knob lists (baseline first)."""
+    unknown = set(knobs) - set(KNOBS)
+    if unknown:
+        bad = sorted(unknown)[0]
+        raise KnobError(bad.replace("_", "-"), knobs[bad], "a known knob: " + ", ".join(KNOBS))
+    given = {k: as_list(v) for k, v in knobs.items() if v is not None}
+    extra = {k: as_list(v) for k, v in (trainer or {}).items()}
+    controls = RunControls(
+        steps=None if steps is None else _check_number("steps", steps, int, 1, "an integer >= 1"),
+        time=None if time is None else _check_number("time", time, float, 1e-9, "seconds > 0"),
+        warmup=_check_number("warmup", warmup, int, 0, "an integer >= 0"),
+    )
+    repeat = _check_number("repeat", repeat, int, 1, "an integer >= 1")
+    return SweepSpec(sweep_plan(given, extra), controls, repeat, name)
+
+
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame outside speedlab: the user's code and below."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    return tb
+
+
+def print_user_traceback(err: BaseException) -> None:
+    traceback.print_exception(type(err), err, user_traceback(err.__traceback__), file=sys.stderr)
+
+
+def _reap_workers(before: set[int]) -> list[str]:
+    """End worker processes the run started and left behind; say so if any had to be killed."""
+    notes = []
+    for child in multiprocessing.active_children():
+        if child.pid in before:
+            continue
+        child.join(_REAP_TIMEOUT_S)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            notes.append(
+                f"A worker process ({child.name}) was still alive after the run and was stopped."
+            )
+    return notes
+
+
+def run_once(
+    train_fn: Callable[[], Any],
+    knobs: Knobs,
+    controls: RunControls,
+    *,
+    view: LiveView | None = None,
+) -> tuple[list[RunResult], BaseException | None]:
+    """Run the training function once with these knobs: one RunResult per ``fit`` it made."""
+    before = {p.pid for p in multiprocessing.active_children()}
+    error: BaseException | None = None
+    session = Intercept(knobs, controls)
+    try:
+        with session:
+            if view is not None:
+                view.watch(session)
+            try:
+                train_fn()
+            except (Exception, KeyboardInterrupt) as err:
+                error = err
+            finally:
+                if view is not None:
+                    view.unwatch()
+    except (Exception, KeyboardInterrupt) as err:  # applying the knobs failed: nothing ran
+        error = err
+    reaped = _reap_workers(before)
+    results = []
+    for i, fit in enumerate(session.fits):
+        result = fit.probe.result() if fit.probe.ran else RunResult()
+        result.knobs = knobs.as_dict() | ({"fit": i + 1} if len(session.fits) > 1 else {})
+        result.notes = session.notes + fit.notes + result.notes + reaped
+        result.phases["preload"] = fit.preload_s
+        result.workload = fit.workload()
+        result.diagnosis = diagnose(result, lint_findings=_lint(fit.model))
+        if fit.exception is not None:  # the ranks' own account of a failure comes first
+            result.error = result.error or describe_error(fit.exception)
+        results.append(result)
+    if not results:
+        message = (
+            describe_error(error)
+            if error
+            else ("The cell never called trainer.fit(...): there was no training to measure.")
+        )
+        results.append(
+            RunResult(knobs=knobs.as_dict(), error=message, notes=session.notes + reaped)
+        )
+    elif error is not None and all(r.error is None for r in results):
+        results[-1].error = describe_error(error)
+    return results, error
+
+
+def _lint(model: Any) -> list[Any]:
+    """The lint of the fitted model, or nothing when its source cannot be read."""
+    from speedlab.analysis.linter import LintError, lint
+
+    if model is None:
+        return []
+    try:
+        return lint(model)
+    except (LintError, TypeError):
+        return []
+
+
+def describe_error(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    return describe_rank_failure(err) or f"{type(err).__name__}: {err}".strip()
+
+
+def merge_replicates(replicates: list[RunResult]) -> RunResult:
+    """One result for ``--repeat`` runs: the median run's records, throughput over all of them."""
+    if len(replicates) == 1:
+        return replicates[0]
+    done = [r for r in replicates if r.ok] or replicates
+    rates = [r.samples_per_s for r in done]
+    median = summarize(rates).median
+    middle = min(
+        done,
+        key=lambda r: (
+            abs(r.samples_per_s - median) if r.samples_per_s == r.samples_per_s else 1e300
+        ),
+    )
+    notes = list(dict.fromkeys(n for r in replicates for n in r.notes))
+    errors = [r.error for r in replicates if r.error]
+    return replace(
+        middle,
+        error=errors[0] if len(errors) == len(replicates) else None,
+        notes=notes
+        + ([f"{len(errors)} of {len(replicates)} repeats failed: {errors[0]}"] if errors else []),
+        replicates=replicates,
+    )
+
+
+def cell_hash(source: str | None) -> str | None:
+    return hashlib.sha256(source.encode()).hexdigest()[:16] if source is not None else None
+
+
+def run_sweep(
+    train_fn: Callable[[], Any],
+    spec: SweepSpec,
+    *,
+    live: bool = True,
+    store: str | Path | bool | None = None,
+    source: str | None = None,
+    show_error: Callable[[BaseException], None] = print_user_traceback,
+    view: LiveView | None = None,
+) -> SweepResult:
+    """Run every combination ``spec.repeat`` times; store each run as it ends."""
+    from speedlab.measure.system import system_info
+
+    run_store = None if store is False else RunStore(None if store in (None, True) else store)
+    sweep_id = None
+    if run_store is not None:
+        sweep_id = run_store.new_sweep(
+            name=spec.name, cell_hash=cell_hash(source), env=system_info()
+        )
+    view = view or choose_view(live)
+    runs: list[RunResult] = []
+    shown: set[str] = set()
+    position = 0
+    interrupted = False
+    try:
+        view.start_sweep(spec)
+        for knobs in spec.plan:
+            replicates: list[RunResult] = []
+            for attempt in range(spec.repeat):
+                view.start_run(knobs, attempt)
+                results, error = run_once(train_fn, knobs, spec.controls, view=view)
+                for result in results:
+                    if run_store is not None:
+                        run_store.add_run(sweep_id, position, result.to_dict())
+                    position += 1
+                    view.end_run(result)
+                replicates += results
+                if isinstance(error, Exception) and describe_error(error) not in shown:
+                    shown.add(describe_error(error))  # the same failure in every run: shown once
+                    show_error(error)
+                if isinstance(error, KeyboardInterrupt):
+                    interrupted = True
+                    break
+            runs += _merge_by_fit(replicates)
+            if interrupted:
+                break
+    finally:
+        if run_store is not None:
+            run_store.close()
+    sweep = SweepResult(runs, name=spec.name)
+    scaling_notes(sweep)
+    sweep.diagnosis = diagnose_sweep(sweep)
+    if interrupted:
+        sweep.notes.append(
+            f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept."
+        )
+    view.end_sweep(sweep)
+    speedlab.last = sweep
+    return sweep
+
+
+def _merge_by_fit(replicates: list[RunResult]) -> list[RunResult]:
+    """Merge repeats of the same combination, separately for each fit of a multi-fit cell."""
+    groups: dict[Any, list[RunResult]] = {}
+    for result in replicates:
+        groups.setdefault(result.knobs.get("fit"), []).append(result)
+    return [merge_replicates(group) for group in groups.values()]
+
+
+def profile_train(
+    train_fn: Callable[[], Any],
+    *,
+    precision: str | Iterable[str] | None = None,
+    compile: str | bool | Iterable[str | bool] | None = None,
+    workers: int | str | Iterable[int | str] | None = None,
+    pin_memory: bool | Iterable[bool] | None = None,
+    persistent_workers: bool | Iterable[bool] | None = None,
+    matmul: str | Iterable[str] | None = None,
+    preload: str | Iterable[str] | None = None,
+    batch_size: int | Iterable[int] | None = None,
+    devices: int | Iterable[int] | None = None,
+    strategy: str | Iterable[str] | None = None,
+    trainer: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    time: float | None = None,
+    warmup: int = 5,
+    repeat: int = 1,
+    name: str | None = None,
+    live: bool = True,
+    store: str | Path | bool | None = None,
+) -> SweepResult:
+    """Profile ordinary Lightning training under each combination of knob values.
+
+    Args:
+        train_fn: a zero-argument callable that builds a Trainer and calls ``fit``.
+        precision, compile, workers, pin_memory, persistent_workers, matmul, preload,
+            batch_size, devices, strategy: a value or a list of values per knob; the runs are
+            the cartesian product, the first combination is the baseline. ``None`` keeps the
+            code's own setting.
+        trainer: other Trainer arguments, each a value or a list of values.
+        steps: stop each run after this many training steps.
+        time: stop each run after this many seconds.
+        warmup: steps left out of the steady-state figures (default 5).
+        repeat: run each combination this many times; figures are medians.
+        name: a label stored with the sweep.
+        live: show a live view while training.
+        store: the run store path; ``None`` for the default (``$SPEEDLAB_STORE`` or
+            ``.speedlab/runs.sqlite``), ``False`` to store nothing.
+
+    Example::
+
+        result = speedlab.profile_train(train, workers=[0, 2], steps=40)
+        print(result.table())
+    """
+    if not callable(train_fn):
+        raise TypeError(f"profile_train(train_fn={train_fn!r}): expected a zero-argument callable.")
+    knob_values = {
+        "precision": precision,
+        "compile": compile,
+        "workers": workers,
+        "pin_memory": pin_memory,
+        "persistent_workers": persistent_workers,
+        "matmul": matmul,
+        "preload": preload,
+        "batch_size": batch_size,
+        "devices": devices,
+        "strategy": strategy,
+    }
+    spec = plan_sweep(
+        knob_values,
+        trainer=trainer,
+        steps=steps,
+        time=time,
+        warmup=warmup,
+        repeat=repeat,
+        name=name,
+    )
+    return run_sweep(train_fn, spec, live=live, store=store)

@@ -1,0 +1,363 @@
+"""The system sampler and system info, against real processes, memory and threads."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from itertools import pairwise
+from multiprocessing.synchronize import Event
+from pathlib import Path
+
+import psutil
+import pytest
+
+import speedlab.measure.system
+from speedlab.measure.system import (
+    SystemSampler,
+    SystemSummary,
+    cgroup_limits,
+    format_bytes,
+    format_system_info,
+    system_info,
+    visible_gpus,
+)
+
+FORK = multiprocessing.get_context("fork")
+REPO = Path(speedlab.measure.system.__file__).resolve().parents[1]
+
+
+def burn_cpu(cpu_s: float) -> None:
+    """Keep one core busy until this process has used `cpu_s` seconds of CPU."""
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+
+
+def hold_memory(nbytes: int, ready: Event, release: Event) -> None:
+    block = b"x" * nbytes  # written, so the pages are resident
+    ready.set()
+    release.wait(30)
+    assert len(block) == nbytes
+
+
+def test_a_busy_worker_counts_as_workers_cpu_not_main() -> None:
+    with SystemSampler() as sampler:
+        worker = FORK.Process(target=burn_cpu, args=(1.0,))
+        worker.start()
+        worker.join()
+    summary = sampler.stop()
+    assert summary.workers_cpu_percent > 50
+    assert summary.main_cpu_percent < 25
+    assert summary.peak_workers >= 1
+    assert summary.cpu_percent * summary.cores > 50  # the busy core shows machine-wide too
+    assert len(summary.cpu_percent_per_core) == summary.cores
+
+
+def test_a_worker_that_lives_and_dies_between_samples_still_counts() -> None:
+    # With a long interval only the start and stop samples exist: the worker is never seen
+    # alive, so its CPU time is only visible once it has been reaped.
+    with SystemSampler(interval_s=60) as sampler:
+        worker = FORK.Process(target=burn_cpu, args=(0.6,))
+        worker.start()
+        worker.join()
+    summary = sampler.stop()
+    assert summary.samples == 2
+    assert summary.workers_cpu_percent > 50
+    assert summary.peak_workers == 0
+
+
+def test_a_worker_first_seen_at_stop_counts_from_its_birth() -> None:
+    ready, release = FORK.Event(), FORK.Event()
+    worker = FORK.Process(target=_burn_then_wait, args=(0.6, ready, release))
+    try:
+        with SystemSampler(interval_s=60) as sampler:
+            worker.start()
+            assert ready.wait(30)
+        summary = sampler.stop()
+    finally:
+        release.set()
+        worker.join()
+    assert summary.peak_workers >= 1
+    assert summary.workers_cpu_percent > 50
+
+
+def _burn_then_wait(cpu_s: float, ready: Event, release: Event) -> None:
+    burn_cpu(cpu_s)
+    ready.set()
+    release.wait(30)
+
+
+def test_rss_includes_a_worker_holding_200_mb() -> None:
+    nbytes = 200 * 2**20
+    main_rss = psutil.Process().memory_info().rss
+    ready, release = FORK.Event(), FORK.Event()
+    worker = FORK.Process(target=hold_memory, args=(nbytes, ready, release))
+    try:
+        with SystemSampler() as sampler:
+            worker.start()
+            assert ready.wait(30)
+            time.sleep(0.3)
+        summary = sampler.stop()
+    finally:
+        release.set()
+        worker.join()
+    assert summary.peak_rss_bytes > main_rss + 0.9 * nbytes
+    assert sampler.samples[0].rss_bytes < main_rss + 0.5 * nbytes  # before the worker started
+
+
+def test_children_older_than_the_run_are_not_its_workers() -> None:
+    nbytes = 200 * 2**20
+    ready, release = FORK.Event(), FORK.Event()
+    older = FORK.Process(target=hold_memory, args=(nbytes, ready, release))
+    older.start()
+    try:
+        assert ready.wait(30)
+        with SystemSampler(interval_s=60) as sampler:
+            release.set()  # the older child exits and is reaped during the run
+            older.join()
+            worker = FORK.Process(target=burn_cpu, args=(0.3,))
+            worker.start()
+            worker.join()
+        summary = sampler.stop()
+    finally:
+        release.set()
+        older.join()
+    assert summary.peak_workers == 0
+    assert summary.peak_rss_bytes < psutil.Process().memory_info().rss + 0.5 * nbytes
+    assert 0.2 < summary.workers_cpu_percent * summary.duration_s / 100 < 0.5  # the new one only
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_training_threads_own_cpu_is_measured(busy: bool) -> None:
+    # A thread that starts the sampler and then spins (or sleeps) while another thread of the
+    # process hashes (without the GIL): only its own CPU counts as the training thread's.
+    other_stop = threading.Event()
+    block = bytes(4 * 2**20)
+
+    def hash_until_stopped() -> None:
+        while not other_stop.is_set():
+            hashlib.sha256(block).digest()
+
+    other = threading.Thread(target=hash_until_stopped)
+    results: list[SystemSummary] = []
+
+    def train() -> None:
+        with SystemSampler() as sampler:
+            end = time.perf_counter() + 0.8
+            while time.perf_counter() < end:
+                if not busy:
+                    time.sleep(0.01)
+        results.append(sampler.stop())
+
+    other.start()
+    try:
+        worker = threading.Thread(target=train)
+        worker.start()
+        worker.join()
+    finally:
+        other_stop.set()
+        other.join()
+    (summary,) = results
+    if summary.train_thread_cpu_percent is None:
+        pytest.skip("the OS does not report a thread's CPU time")
+    if busy:
+        assert summary.train_thread_cpu_percent > 60
+    else:
+        assert summary.train_thread_cpu_percent < 20
+        assert summary.main_cpu_percent > 40  # the other thread's spinning is the process's
+
+
+def test_samples_arrive_at_about_4_hz() -> None:
+    with SystemSampler() as sampler:
+        time.sleep(1.0)
+    times = [s.t for s in sampler.samples]
+    gaps = sorted(b - a for a, b in pairwise(times))
+    assert 5 <= len(times) <= 8  # start, about four in between, stop
+    assert 0.2 < gaps[len(gaps) // 2] < 0.35
+    assert all(a < b for a, b in pairwise(times))
+
+
+def test_no_thread_left_when_the_body_raises() -> None:
+    with pytest.raises(ZeroDivisionError), SystemSampler() as sampler:
+        assert any(t.name == "speedlab-system-sampler" for t in threading.enumerate())
+        1 / 0  # noqa: B018
+    assert not any(t.name == "speedlab-system-sampler" for t in threading.enumerate())
+    assert sampler.stop().samples >= 2
+
+
+def test_a_very_short_run_has_a_valid_summary() -> None:
+    start = time.perf_counter()
+    with SystemSampler() as sampler:
+        pass
+    assert time.perf_counter() - start < 0.1
+    summary = sampler.stop()
+    assert summary.samples == 2
+    assert summary.peak_rss_bytes > 10 * 2**20
+    assert summary.cores == psutil.cpu_count()
+    for value in (summary.cpu_percent, summary.main_cpu_percent, summary.workers_cpu_percent):
+        assert math.isfinite(value) and value >= 0
+    assert 0 <= summary.cpu_percent <= 100
+    assert json.loads(json.dumps(summary.to_dict())) == summary.to_dict()
+    assert SystemSummary(**summary.to_dict()) == summary
+
+
+def test_lifecycle() -> None:
+    sampler = SystemSampler()
+    assert sampler.latest() is None
+    with pytest.raises(RuntimeError, match="before start"):
+        sampler.stop()
+    sampler.start()
+    with pytest.raises(RuntimeError, match="already"):
+        sampler.start()
+    first = sampler.latest()
+    assert first is not None and first.cpu_percent is None  # no interval yet
+    time.sleep(0.3)
+    latest = sampler.latest()
+    assert latest is not None and latest.cpu_percent is not None
+    summary = sampler.stop()
+    count = len(sampler.samples)
+    assert sampler.stop() == summary and len(sampler.samples) == count
+    assert sampler.samples[-1].t > latest.t  # the final sample at stop
+    with pytest.raises(ValueError, match="interval_s"):
+        SystemSampler(interval_s=0)
+
+
+def test_torch_threads_are_read_once_torch_is_imported() -> None:
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with SystemSampler() as sampler:
+            pass
+    finally:
+        torch.set_num_threads(threads)
+    assert sampler.stop().torch_threads == 1
+
+
+def test_nothing_imports_torch() -> None:
+    code = """
+        import json, sys
+        from speedlab.measure.system import SystemSampler, system_info
+        info = system_info()
+        with SystemSampler() as sampler:
+            pass
+        summary = sampler.stop()
+        print(json.dumps([info, summary.torch_threads, summary.gpu_util_percent,
+                          sorted(m for m in ("torch", "lightning") if m in sys.modules)]))
+        """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    info, torch_threads, gpu_util, imported = json.loads(out)
+    assert imported == []
+    assert torch_threads is None and gpu_util is None
+    assert info["torch"] == importlib.metadata.version("torch")
+    assert info["lightning"] == importlib.metadata.version("lightning")
+    assert info["gpus"] == [] and info["cuda"] is None
+
+
+def test_system_info_describes_this_machine() -> None:
+    info = system_info()
+    assert info["cores_logical"] == psutil.cpu_count()
+    assert 1 <= info["cores_usable"] <= info["cores_logical"]
+    assert info["ram_total_bytes"] >= info["ram_available_bytes"] > 0
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["start_method"] in multiprocessing.get_all_start_methods()
+    if os.path.isdir("/dev/shm"):
+        assert info["shm_total_bytes"] >= info["shm_free_bytes"] >= 0
+    json.dumps(info)
+    text = format_system_info(info)
+    assert f"{info['cores_logical']} logical" in text
+    assert info["python"] in text and info["start_method"] in text
+    assert (info["torch"] or "not installed") in text
+
+
+def test_format_bytes() -> None:
+    assert [format_bytes(n) for n in (None, 0, 1023, 1536, 200 * 2**20, 3 * 2**30)] == [
+        "n/a",
+        "0 B",
+        "1023 B",
+        "1.5 KiB",
+        "200.0 MiB",
+        "3.0 GiB",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({}, (None, None)),
+        ({"cpu.max": "200000 100000\n", "memory.max": "2147483648\n"}, (2.0, 2**31)),
+        ({"cpu.max": "max 100000\n", "memory.max": "max\n"}, (None, None)),
+        (
+            {
+                "cpu/cpu.cfs_quota_us": "150000\n",
+                "cpu/cpu.cfs_period_us": "100000\n",
+                "memory/memory.limit_in_bytes": "1073741824\n",
+            },
+            (1.5, 2**30),
+        ),
+        (
+            {
+                "cpu/cpu.cfs_quota_us": "-1\n",
+                "cpu/cpu.cfs_period_us": "100000\n",
+                "memory/memory.limit_in_bytes": "9223372036854771712\n",
+            },
+            (None, None),
+        ),
+    ],
+)
+def test_cgroup_limits(tmp_path: Path, files: dict[str, str], expected: tuple) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_limits(tmp_path) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [(None, [0, 1, 2, 3]), ("", []), ("2,0", [2, 0]), ("1,7", [1]), ("GPU-3f2a", [0, 1, 2, 3])],
+)
+def test_visible_gpus(monkeypatch: pytest.MonkeyPatch, env: str | None, expected: list) -> None:
+    if env is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    assert visible_gpus(4) == expected
+
+
+@pytest.mark.gpu
+def test_gpu_utilisation_and_memory_are_sampled() -> None:
+    pytest.importorskip("pynvml")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    with SystemSampler() as sampler:
+        x = torch.randn(4096, 4096, device="cuda")
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            x = x @ x
+            x /= x.norm()
+        torch.cuda.synchronize()
+    summary = sampler.stop()
+    assert summary.gpu_util_percent is not None and summary.gpu_util_percent > 0
+    assert summary.gpu_mem_peak_bytes is not None and summary.gpu_mem_peak_bytes > 64 * 2**20
+    assert system_info()["gpus"]

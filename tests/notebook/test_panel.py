@@ -1,0 +1,147 @@
+"""The widget panel driven without a browser: controls, Run in a thread, Stop, the growing table."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import ipywidgets as widgets
+import lightning.pytorch as pl
+import psutil
+import pytest
+import torch
+from IPython.core.error import UsageError
+
+import speedlab
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.notebook.panel import Panel, hardware_limits
+from speedlab.run.intercept import RunControls
+from speedlab.run.knobs import KNOBS, Knobs, explain
+
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
+
+
+def train_fn(threads: list[str] | None = None, epochs: int = 1):
+    """Known-cost training with 2 workers; records the thread it ran in."""
+
+    def train() -> None:
+        if threads is not None:
+            threads.append(threading.current_thread().name)
+        loader = known_cost_loader(n=8 * 2000, batch_size=8, busy_s=0.0005, num_workers=2)
+        pl.Trainer(max_epochs=epochs, **QUIET).fit(KnownCostModel(step_s=0.004), loader)
+
+    return train
+
+
+def texts(widget: widgets.Widget) -> list[str]:
+    """Every HTML text in a widget tree."""
+    found = [widget.value] if isinstance(widget, widgets.HTML) else []
+    for child in getattr(widget, "children", ()):
+        found += texts(child)
+    return found
+
+
+def wait_for_steps(panel: Panel, steps: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r'data-step="(\d+)"', panel.chart.value)
+        if found and int(found.group(1)) >= steps:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the live chart never reached step {steps}: {panel.chart.value[:200]}")
+
+
+def test_one_control_per_knob_with_its_explanation() -> None:
+    panel = Panel(train_fn(), knobs=Knobs(workers=2, batch_size=100), store=False)
+    assert list(panel.controls) == list(KNOBS)
+    for name, control in panel.controls.items():
+        assert control.tooltip == explain(name) and control.description == KNOBS[name].option
+    assert panel.controls["workers"].value == "2"
+    assert panel.controls["batch_size"].value == "100"  # a value the list lacked is added
+    assert panel.chosen_knobs() == Knobs(workers=2, batch_size=100)
+    panel.controls["precision"].value = "bf16-mixed"
+    assert "Mixed precision" in panel.help.value  # the last knob changed is explained
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a CPU-only machine cannot use")
+def test_what_a_cpu_cannot_use_is_disabled_with_the_reason() -> None:
+    limits = hardware_limits()
+    panel = Panel(train_fn(), store=False)
+    assert "16-mixed" not in panel.controls["precision"].options
+    assert "bf16-mixed" in panel.controls["precision"].options
+    assert panel.controls["pin_memory"].disabled
+    shown = " ".join(texts(panel.widget))
+    assert "16-mixed not offered: fp16 mixed precision needs a CUDA GPU" in shown
+    assert "not available: pinned memory only speeds up copies to a CUDA GPU" in shown
+    assert set(limits) >= {"precision", "pin_memory"}
+
+
+def test_run_trains_in_a_background_thread_and_stop_leaves_nothing_behind() -> None:
+    threads: list[str] = []
+    before = set(psutil.Process().children(recursive=True))
+    panel = Panel(train_fn(threads, epochs=-1), store=False)  # trains until stopped
+    assert panel.stop_button.disabled
+    thread = panel.run()
+    assert thread is not None and thread.name == "speedlab-panel"
+    assert panel.run_button.disabled and not panel.stop_button.disabled
+    wait_for_steps(panel, 10)
+    children = set(psutil.Process().children(recursive=True)) - before
+    assert len(children) >= 2  # the run's DataLoader workers
+    started = time.monotonic()
+    panel.stop()
+    assert panel.wait(timeout=30)
+    assert time.monotonic() - started < 10
+    assert threads == ["speedlab-panel"]
+    [row] = panel.runs
+    assert row.stopped and row.result.steps >= 10 and row.result.error is None
+    assert "Stopped from the panel" in " ".join(row.result.notes)
+    assert "stopped" in panel.table.value and panel.table.value.count("<tr>") == 2
+
+    def alive() -> bool:
+        return any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+    deadline = time.monotonic() + 10  # workers exit on their own schedule on a busy machine
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("speedlab")]
+    assert not panel.run_button.disabled and panel.stop_button.disabled
+    assert speedlab.last.runs == [row.result]
+
+
+def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
+    panel = Panel(train_fn(), controls=RunControls(steps=12, warmup=2), store=False)
+    assert panel.steps.value == 12
+    assert panel.repeat_button.disabled  # no baseline yet
+    panel.run().join()
+    panel.controls["workers"].value = "0"
+    panel.run().join()
+    panel.repeat_baseline().join()
+    assert [r.baseline for r in panel.runs] == [True, False, True]
+    assert [r.result.steps for r in panel.runs] == [12, 12, 12]
+    table = panel.table.value
+    assert table.count("<tr>") == 4
+    assert "baseline (repeat)" in table and "workers=0" in table
+    assert "The baseline ran 2 times" in table
+    second = panel.runs[1].result.samples_per_s / panel.reference_rate()
+    assert f"{second:.2f}x" in table
+    assert re.search(r"±\d+\.\d%", table)  # the noise column
+    shown = re.findall(r"<li>(.*?)</li>", panel.diagnosis.value)
+    assert shown and len(shown) == len(set(shown))  # each finding once
+
+
+def test_magics_show_the_panel_for_the_cell(shell, capsys) -> None:
+    with pytest.raises(UsageError, match="no cell profiled yet"):
+        shell.run_line_magic("speedlab", "panel")
+    before = speedlab.last
+    shell.run_cell_magic(
+        "profile_train", "--panel --workers 2 --steps 20", "raise RuntimeError('not run')"
+    )
+    assert speedlab.last is before  # the panel shows; nothing trains until Run
+    assert "VBox" in capsys.readouterr().out  # a plain shell prints the widget's repr
+    shell.run_line_magic("speedlab", "panel")
+    assert "VBox" in capsys.readouterr().out
+    magics = shell.magics_manager.registry["SpeedlabMagics"]
+    _, spec = magics.last_cell
+    assert spec.plan[0] == Knobs(workers=2) and spec.controls.steps == 20

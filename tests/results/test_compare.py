@@ -1,0 +1,96 @@
+"""speedlab.results.compare: real runs that differ only by noise, and by a real 2x.
+
+The known-cost workload busy-waits a set time per step, so a batch twice as large is twice the
+samples per second, while two runs of one configuration differ only by the machine's noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+import speedlab
+from speedlab.analysis.doctor import diagnose_sweep
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.results.compare import compare
+from speedlab.results.run import SweepResult
+
+QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
+
+
+def known_cost(step_s: float = 0.02, **data) -> Callable[[], None]:
+    def train() -> None:
+        loader = known_cost_loader(n=2000, **data)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=step_s), loader)
+
+    return train
+
+
+def profile(train: Callable[[], None], **options) -> SweepResult:
+    return speedlab.profile_train(train, live=False, store=False, **options)
+
+
+def test_two_identical_configurations_are_within_noise() -> None:
+    sweep = profile(known_cost(), workers=[0, 0], steps=12, repeat=3)
+    result = compare(*sweep.runs)
+    assert (result.significant, result.verdict) == (False, "within noise")
+    assert result.a.n == result.b.n == 3  # the replicates, not the steps
+    assert 0.8 < result.speedup < 1.25
+    [verdict] = [f for f in diagnose_sweep(sweep) if f.kind == "verdict"]
+    assert verdict.evidence.startswith("No run beat the baseline beyond noise")
+    assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
+
+
+def test_a_real_2x_change_is_significant_both_ways() -> None:
+    sweep = profile(known_cost(batch_size=8), batch_size=[8, 16], steps=15)
+    small, large = sweep.runs
+    faster = compare(small, large)
+    assert [row[3] for row in sweep.table().rows] == ["-", "faster"]
+    assert (faster.significant, faster.verdict) == (True, "faster")
+    assert 1.5 < faster.speedup < 3
+    assert faster.a.n >= 5  # single runs: their steady steps
+    assert compare(large, small).verdict == "slower"
+    assert str(faster).startswith(f"{faster.speedup:.2f}x, faster (middle halves ")
+    assert any("--repeat 3" in w for w in faster.warnings)
+
+
+class Disturbed(KnownCostModel):
+    """Steps take three times as long from step 12 on, as when another process takes a core."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.step_s = 0.005 if self.global_step < 12 else 0.015
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_run_with_a_wide_spread_gets_a_noise_warning() -> None:
+    def train() -> None:
+        loader = known_cost_loader(n=2000)
+        pl.Trainer(max_epochs=1, **QUIET).fit(Disturbed(), loader)
+
+    run = profile(train, steps=20).baseline
+    result = compare(run, run)
+    assert not result.significant and result.speedup == 1
+    assert any("interquartile range is" in w and "of the median" in w for w in result.warnings)
+
+
+@pytest.mark.usefixtures("one_compute_thread")
+def test_workers_that_hand_over_batches_in_bursts_are_judged_over_whole_rounds() -> None:
+    # One worker of two is six times slower: every other step waits for it. The pattern
+    # repeats every two steps; it is not noise. (With a second torch thread spinning on 2
+    # cores, the step after each wait varies by up to 20 ms: noise of its own.)
+    train = known_cost(step_s=0.005, sleep_s=0.002, slow_worker=1, slow_factor=6)
+    run = profile(train, workers=2, steps=25).baseline
+    result = compare(run, run)
+    assert result.a.n == (25 - 5) // 4  # windows of two steps per worker
+    assert not any("interquartile range is" in w for w in result.warnings)
+
+
+def test_a_2x_change_between_bursty_loaders_is_significant() -> None:
+    slow, fast = profile(known_cost(step_s=0.005, sleep_s=0.006), workers=[2, 4], steps=30).runs
+    result = compare(slow, fast)
+    assert (result.verdict, result.a.n, result.b.n) == ("faster", 6, 6)  # windows of rounds
+    assert 1.5 < result.speedup < 2.5

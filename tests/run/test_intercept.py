@@ -1,0 +1,260 @@
+"""Intercept: knobs applied to unchanged Lightning code, and everything restored afterwards."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import lightning.pytorch as pl
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from speedlab.labs import (
+    QUIET_TRAINER,
+    KnownCostDataset,
+    KnownCostModel,
+    ShapesDataset,
+    make_shapes,
+)
+from speedlab.run.intercept import Intercept, RunControls
+from speedlab.run.knobs import Knobs
+from speedlab.run.loaders import WorkerSetupError, rebuild_loader, worker_context
+from speedlab.run.preload import PreloadError, preload_ram, preload_shm
+
+
+def collate(batch):
+    xs, ys = zip(*batch)
+    return torch.stack(xs), torch.tensor(ys)
+
+
+def fit_known_cost(steps: int = 12, **loader_kw) -> pl.Trainer:
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", **QUIET_TRAINER)
+    loader = DataLoader(
+        KnownCostDataset(400), batch_size=8, shuffle=True, collate_fn=collate, **loader_kw
+    )
+    trainer.fit(KnownCostModel(step_s=0.001), loader)
+    return trainer
+
+
+def test_rebuilt_loader_keeps_the_users_choices_and_applies_the_knobs() -> None:
+    dataset = KnownCostDataset(100)
+    loader = DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=collate, drop_last=True)
+    notes: list[str] = []
+    new = rebuild_loader(
+        loader,
+        Knobs(workers=2, persistent_workers=True, batch_size=16),
+        dataset=dataset,
+        devices=1,
+        notes=notes,
+    )
+    assert new.dataset is dataset and new.collate_fn is collate and new.drop_last
+    assert isinstance(new.sampler, RandomSampler) and new.sampler is loader.sampler
+    assert (new.num_workers, new.persistent_workers, new.batch_size) == (2, True, 16)
+    assert notes == []
+
+
+def test_settings_the_hardware_cannot_use_are_noted_not_fatal() -> None:
+    dataset = KnownCostDataset(100)
+    notes: list[str] = []
+    new = rebuild_loader(
+        DataLoader(dataset, batch_size=8),
+        Knobs(workers=0, persistent_workers=True, pin_memory=True),
+        dataset=dataset,
+        devices=1,
+        notes=notes,
+    )
+    assert not new.persistent_workers
+    assert any("persistent_workers=on does nothing with workers=0" in n for n in notes)
+    if not torch.cuda.is_available():
+        assert not new.pin_memory
+        assert any("pin_memory=on has no effect without a CUDA GPU" in n for n in notes)
+
+
+def test_workers_auto_resolves_from_cores() -> None:
+    dataset = KnownCostDataset(10)
+    notes: list[str] = []
+    new = rebuild_loader(
+        DataLoader(dataset), Knobs(workers="auto"), dataset=dataset, devices=1, notes=notes
+    )
+    from speedlab.measure.system import usable_cores
+
+    assert new.num_workers == max(0, usable_cores() - 1)
+    assert "workers=auto resolved to" in notes[0]
+
+
+NotebookDataset = type("NotebookDataset", (KnownCostDataset,), {"__module__": "__main__"})
+
+
+def test_notebook_dataset_gets_fork_where_spawn_would_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    notes: list[str] = []
+    context = worker_context({"num_workers": 2, "dataset": NotebookDataset(10)}, notes)
+    assert context.get_start_method() == "fork"
+    assert "defined in the notebook" in notes[0]
+    # a dataset from a module is importable: nothing to change
+    assert worker_context({"num_workers": 2, "dataset": KnownCostDataset(10)}, []) is None
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(
+        WorkerSetupError,
+        match=r"^--workers 2: NotebookDataset is defined in the notebook.*\.py file",
+    ):
+        worker_context({"num_workers": 2, "dataset": NotebookDataset(10)}, [])
+
+
+def test_trainer_and_fit_are_intercepted_and_restored() -> None:
+    original_init, original_fit = pl.Trainer.__init__, pl.Trainer.fit
+    with Intercept(Knobs(workers=2, batch_size=4), RunControls(steps=7, warmup=2)) as run:
+        trainer = fit_known_cost(steps=50)
+    assert (pl.Trainer.__init__, pl.Trainer.fit) == (original_init, original_fit)
+    assert len(run.fits) == 1
+    result = run.fits[0].probe.result()
+    assert result.steps == 7
+    assert set(result.records["samples"]) == {4}
+    assert trainer.train_dataloader.num_workers == 2
+    assert multiprocessing.active_children() == []
+
+
+def test_datamodule_loader_is_rebuilt(lab_cache: Path) -> None:
+    from speedlab.labs import image_lab
+
+    model, data = image_lab(n=200, size=32)
+    with Intercept(Knobs(batch_size=5), RunControls(steps=3)) as run:
+        pl.Trainer(max_steps=10, accelerator="cpu", limit_val_batches=0, **QUIET_TRAINER).fit(
+            model, data
+        )
+    assert set(run.fits[0].probe.result().records["samples"]) == {5}
+    assert "train_dataloader" not in vars(data)
+
+
+def test_global_state_restored_after_an_error_in_training() -> None:
+    class Failing(KnownCostModel):
+        def training_step(self, batch, batch_idx):
+            os.environ["SPEEDLAB_TEST_VAR"] = "set by the cell"
+            raise ValueError("bad step")
+
+    sigint = signal.getsignal(signal.SIGINT)
+    before = torch.get_float32_matmul_precision()
+    with (
+        pytest.raises(ValueError, match="bad step"),
+        Intercept(Knobs(matmul="medium", workers=2)) as run,
+    ):
+        assert torch.get_float32_matmul_precision() == "medium"
+        trainer = pl.Trainer(max_steps=5, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(Failing(), DataLoader(KnownCostDataset(100), batch_size=4))
+    assert torch.get_float32_matmul_precision() == before
+    assert signal.getsignal(signal.SIGINT) == sigint
+    assert "SPEEDLAB_TEST_VAR" not in os.environ
+    assert isinstance(run.fits[0].exception, ValueError)
+    assert multiprocessing.active_children() == []
+
+
+def test_amp_and_16_mixed_on_a_cpu_are_explained() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    with Intercept(Knobs(precision="amp"), RunControls(steps=3)) as run:
+        fit_known_cost()
+    assert any("precision=amp ran as bf16-mixed" in n for n in run.notes + run.fits[0].notes)
+    assert str(run.fits[0].trainer.precision) == "bf16-mixed"
+    with Intercept(Knobs(precision="16-mixed"), RunControls(steps=3)) as run:
+        fit_known_cost()
+    assert any(
+        "precision=16-mixed is not supported on this hardware" in n for n in run.fits[0].notes
+    )
+
+
+def test_two_trainers_in_one_cell_are_each_measured() -> None:
+    with Intercept(Knobs(), RunControls(steps=4)) as run:
+        fit_known_cost()
+        fit_known_cost()
+    assert [f.probe.result().steps for f in run.fits] == [4, 4]
+
+
+def test_trainer_built_before_the_run_is_measured_too() -> None:
+    trainer = pl.Trainer(max_steps=4, accelerator="cpu", **QUIET_TRAINER)
+    with Intercept(Knobs()) as run:
+        trainer.fit(KnownCostModel(step_s=0.001), DataLoader(KnownCostDataset(100), batch_size=4))
+    assert run.fits[0].probe.result().steps == 4
+
+
+def test_preload_ram_keeps_augmentation_random(lab_cache: Path) -> None:
+    dataset = ShapesDataset(make_shapes(n=64, size=32), train=True, augment=True)
+    loaded = preload_ram(dataset)
+    cached = loaded.dataset
+    assert (
+        cached is not dataset and dataset.load.__self__ is dataset
+    )  # the user's dataset is untouched
+    assert "augmentation still runs" in loaded.notes[0]
+    torch.manual_seed(0)
+    first = [cached[0][0] for _ in range(6)]
+    assert any(not torch.equal(first[0], x) for x in first[1:])
+
+
+def test_preload_ram_of_a_plain_dataset_freezes_items_and_says_so() -> None:
+    loaded = preload_ram(KnownCostDataset(20))
+    assert len(loaded.dataset) == 20
+    assert "frozen" in loaded.notes[0]
+
+
+class HugeItems(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 10_000_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.zeros(16_384)
+
+
+def test_preload_ram_refuses_with_sizes_when_it_would_not_fit() -> None:
+    with pytest.raises(
+        PreloadError,
+        match=r"--preload ram: 10000000 samples need about 655\.36 GB, but only .* GB of RAM",
+    ):
+        preload_ram(HugeItems())
+
+
+def test_preload_shm_copies_and_removes(lab_cache: Path) -> None:
+    dataset = ShapesDataset(make_shapes(n=40, size=32), train=True)
+    loaded = preload_shm(dataset)
+    try:
+        moved = loaded.dataset
+        assert str(moved.files[0]).startswith("/dev/shm/speedlab-")
+        assert moved.files[0].read_bytes() == dataset.files[0].read_bytes()
+        assert dataset.files[0].parent.parent == dataset.root  # the original still points at disk
+        assert moved.load(0).shape == (32, 32, 3)
+    finally:
+        loaded.cleanup()
+    assert not Path(moved.root).exists()
+
+
+def test_preload_shm_refuses_when_dev_shm_is_too_small(tmp_path: Path) -> None:
+    dataset = ShapesDataset(make_shapes(n=40, size=32), train=True)
+    huge = tmp_path / "huge.jpg"
+    with huge.open("wb") as f:
+        f.truncate(10**12)  # sparse: a terabyte on paper
+    dataset.files = [huge]
+    dataset.root = tmp_path
+    with pytest.raises(
+        PreloadError, match=r"--preload shm: the 1 files need 1000\.00 GB, but /dev/shm has only"
+    ):
+        preload_shm(dataset)
+
+
+def test_twenty_runs_with_workers_leak_nothing() -> None:
+    process = psutil.Process()
+    knobs = Knobs(workers=2, persistent_workers=True, pin_memory=True)
+    with Intercept(knobs, RunControls(steps=3)):
+        fit_known_cost(steps=3)  # warm imports and caches before counting
+    fds, threads = process.num_fds(), threading.active_count()
+    children = {p.pid for p in process.children(recursive=True)}  # e.g. a resource tracker
+    for _ in range(20):
+        with Intercept(knobs, RunControls(steps=3)):
+            fit_known_cost(steps=3)
+    assert multiprocessing.active_children() == []
+    assert {p.pid for p in process.children(recursive=True)} <= children
+    assert process.num_fds() <= fds
+    assert threading.active_count() <= threads

@@ -1,0 +1,137 @@
+"""Knobs: parsing, validation in one line, sweep plans and the teaching texts."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedlab.run.knobs import (
+    KNOBS,
+    KnobError,
+    Knobs,
+    explain,
+    parse_list,
+    parse_trainer_option,
+    sweep_plan,
+)
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "values"),
+    [
+        ("workers", "0,2,auto", [0, 2, "auto"]),
+        ("precision", "32-true,bf16-mixed,amp", ["32-true", "bf16-mixed", "amp"]),
+        ("compile", "off, on ,max-autotune", ["off", "on", "max-autotune"]),
+        ("pin-memory", "on,off", [True, False]),
+        ("persistent_workers", "off", [False]),
+        ("matmul", "highest,medium", ["highest", "medium"]),
+        ("preload", "off,ram,shm", ["off", "ram", "shm"]),
+        ("batch-size", "16,64", [16, 64]),
+        ("devices", "1,2", [1, 2]),
+        ("strategy", "auto,ddp_notebook", ["auto", "ddp_notebook"]),
+    ],
+)
+def test_parse_list(option: str, text: str, values: list) -> None:
+    assert parse_list(option, text) == values
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "named"),
+    [
+        ("workers", "-1", "--workers -1"),
+        ("workers", "two", "--workers two"),
+        ("precision", "12", "--precision 12"),
+        ("matmul", "fast", "--matmul fast"),
+        ("batch-size", "0", "--batch-size 0"),
+        ("pin-memory", "maybe", "--pin-memory maybe"),
+        ("preload", "disk", "--preload disk"),
+        ("compile", "1,fast", "--compile 1"),
+        ("workers", "0,,2", "--workers 0,,2"),
+    ],
+)
+def test_bad_values_are_refused_in_one_line_naming_option_value_and_allowed(
+    option: str, text: str, named: str
+) -> None:
+    with pytest.raises(KnobError) as info:
+        parse_list(option, text)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(named)
+    assert "Expected" in message
+
+
+def test_knobs_check_python_values() -> None:
+    knobs = Knobs(workers=2, pin_memory=True, compile=True, precision="BF16-MIXED")
+    assert knobs.as_dict() == {
+        "precision": "bf16-mixed",
+        "compile": "on",
+        "workers": 2,
+        "pin_memory": True,
+    }
+    with pytest.raises(KnobError, match=r"^--workers True"):
+        Knobs(workers=True)
+    with pytest.raises(KnobError, match=r"^--batch-size 2.5"):
+        Knobs(batch_size=2.5)
+
+
+def test_trainer_option() -> None:
+    assert parse_trainer_option("accumulate_grad_batches=1,4") == (
+        "accumulate_grad_batches",
+        [1, 4],
+    )
+    assert parse_trainer_option("gradient_clip_val=None,0.5") == ("gradient_clip_val", [None, 0.5])
+    assert parse_trainer_option("accelerator=cpu") == ("accelerator", ["cpu"])
+    for bad in ("accumulate_grad_batches", "=1", "2x=1", "key="):
+        with pytest.raises(KnobError, match=r"^--trainer"):
+            parse_trainer_option(bad)
+
+
+def test_sweep_plan_is_the_product_in_the_order_given_baseline_first() -> None:
+    plan = sweep_plan(
+        {"workers": [0, 2], "preload": ["off", "ram"]}, {"accumulate_grad_batches": [1, 2]}
+    )
+    assert len(plan) == 8
+    assert plan[0] == Knobs(workers=0, preload="off", trainer={"accumulate_grad_batches": 1})
+    assert [(k.workers, k.preload) for k in plan[::2]] == [
+        (0, "off"),
+        (0, "ram"),
+        (2, "off"),
+        (2, "ram"),
+    ]
+    assert plan[1].as_dict() == {
+        "workers": 0,
+        "preload": "off",
+        "trainer.accumulate_grad_batches": 2,
+    }
+
+
+def test_empty_plan_is_one_run_as_written() -> None:
+    assert sweep_plan({}, {}) == [Knobs()]
+
+
+@pytest.mark.parametrize("knob", list(KNOBS))
+def test_every_knob_has_a_teaching_text(knob: str) -> None:
+    text = explain(knob)
+    assert text.startswith(KNOBS[knob].option + ":")
+    assert "Values:" in text
+    assert 150 < len(text) < 1200
+
+
+@pytest.mark.parametrize(
+    ("knob", "honest"),
+    [
+        ("pin_memory", "without a GPU"),
+        ("precision", "On a CPU"),
+        ("matmul", "On CPUs"),
+        ("compile", "break-even"),
+        ("workers", "compete"),
+        ("persistent-workers", "workers=0"),
+        ("preload", "compute-bound"),
+    ],
+)
+def test_texts_say_when_a_knob_does_not_help(knob: str, honest: str) -> None:
+    assert honest in explain(knob)
+
+
+def test_explain_unknown_knob() -> None:
+    with pytest.raises(KnobError, match=r"^--explain warp-speed: .*workers"):
+        explain("warp-speed")

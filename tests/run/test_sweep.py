@@ -1,0 +1,121 @@
+"""profile_train: sweeps over real training, errors, interrupts, repeats and the run store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+from torch.utils.data import DataLoader
+
+import speedlab
+from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
+from speedlab.results.store import history
+from speedlab.run.knobs import KnobError
+from speedlab.run.sweep import profile_train
+
+
+def train_known_cost(model: pl.LightningModule | None = None, *, sleep_s: float = 0.002) -> None:
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+    loader = DataLoader(KnownCostDataset(2000, sleep_s=sleep_s), batch_size=8)
+    trainer.fit(model or KnownCostModel(step_s=0.004), loader)
+
+
+def test_sweep_runs_every_combination_and_workers_lower_data_time() -> None:
+    sweep = profile_train(train_known_cost, workers=[0, 2], steps=25, live=False)
+    assert [r.knobs for r in sweep.runs] == [{"workers": 0}, {"workers": 2}]
+    base, workers = sweep.runs
+    assert all(r.ok and r.steps == 25 for r in sweep.runs)
+    assert workers.data_time < base.data_time / 2
+    assert workers.speedup > 1.2
+    assert speedlab.last is sweep
+
+
+def test_bad_option_refused_before_anything_runs() -> None:
+    calls = []
+    for bad in (
+        {"workers": -1},
+        {"precision": "12"},
+        {"matmul": "fast"},
+        {"steps": 0},
+        {"repeat": 1.5},
+    ):
+        with pytest.raises(KnobError):
+            profile_train(lambda: calls.append(1), **bad)
+    assert calls == []
+    assert history() == []
+
+
+def test_error_in_one_run_is_recorded_and_the_sweep_goes_on(capsys: pytest.CaptureFixture) -> None:
+    state = {"runs": 0}
+
+    def train() -> None:
+        user_code_that_fails()
+
+    def user_code_that_fails() -> None:
+        state["runs"] += 1
+        if state["runs"] == 1:
+            raise ZeroDivisionError("the user's bug")
+        train_known_cost()
+
+    sweep = profile_train(train, workers=[0, 0], steps=8, live=False)
+    first, second = sweep.runs
+    assert first.error == "ZeroDivisionError: the user's bug"
+    assert second.ok and second.steps == 8
+    err = capsys.readouterr().err
+    assert err.count("ZeroDivisionError: the user's bug") == 1
+    assert "user_code_that_fails" in err and "speedlab/run/sweep.py" not in err
+
+
+def test_a_cell_that_never_fits_is_told_so() -> None:
+    sweep = profile_train(lambda: None, steps=5, live=False)
+    assert "never called trainer.fit" in sweep.runs[0].error
+
+
+def test_interrupt_keeps_the_partial_result_and_stops_the_sweep() -> None:
+    class Interrupting(KnownCostModel):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 10:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().training_step(batch, batch_idx)
+
+    sigint = signal.getsignal(signal.SIGINT)
+    sweep = profile_train(
+        lambda: train_known_cost(Interrupting(step_s=0.002)), workers=[0, 2], steps=40, live=False
+    )
+    assert len(sweep.runs) == 1
+    run = sweep.runs[0]
+    assert run.error == "interrupted"
+    assert 10 <= run.steps < 40
+    assert any("Interrupted" in n for n in sweep.notes)
+    assert signal.getsignal(signal.SIGINT) == sigint
+    assert [h["error"] for h in history()] == ["interrupted"]
+
+
+def test_repeat_merges_replicates() -> None:
+    sweep = profile_train(train_known_cost, steps=12, repeat=2, warmup=2, live=False)
+    run = sweep.runs[0]
+    assert len(sweep.runs) == 1 and len(run.replicates) == 2
+    assert run.throughput_summary.n == 2
+    assert len(history()) == 2  # each replicate is stored as it ends
+
+
+def test_runs_are_stored_and_survive_a_new_process(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    profile_train(
+        train_known_cost, workers=[0, 1], steps=8, name="persisted", live=False, store=store
+    )
+    code = f"import speedlab; print([(r['sweep'], r['knobs']) for r in speedlab.history(path={str(store)!r})])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "('persisted', {'workers': 1})" in out and "('persisted', {'workers': 0})" in out
+
+
+def test_store_false_writes_nothing(tmp_path: Path) -> None:
+    profile_train(train_known_cost, steps=6, live=False, store=False)
+    assert history() == []
