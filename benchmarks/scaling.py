@@ -23,8 +23,8 @@ import lightning.pytorch as pl
 import torch
 
 import speedlab
+from speedlab.analysis.scaling import processes_of, scaling
 from speedlab.labs import QUIET_TRAINER, image_lab, tabular_lab
-from speedlab.measure.ranks import processes_of, scaling
 from speedlab.measure.system import usable_cores
 
 QUIET = dict(

@@ -725,7 +725,7 @@ def diagnose(
             _model_bound,
         ):
             findings += rule(run)
-    from speedlab.measure.ranks import rank_findings  # lazy: distributed imports this module
+    from speedlab.analysis.ranks import rank_findings  # lazy: that module imports this one
 
     findings += rank_findings(run)  # outside the gate: a CUDA-before-fork run has no steps
     return _order(findings)

@@ -39,99 +39,19 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speedlab.analysis.doctor import STEPS_FOR_FIGURES, Finding
-from speedlab.results.run import RunResult, SweepResult
-from speedlab.results.table import Table, fmt
+from speedlab.results.run import RunResult
+from speedlab.results.table import fmt_ms
 
 STEP_KEYS = ("t", "data_time", "batch_time", "sync_time", "wall", "samples", "phase", "epoch")
 """Per-step lists in each ``RunResult.ranks`` entry's ``records``."""
 
-STRAGGLER_FACTOR = 1.3
-"""A rank is a straggler when its own work per step (data + compute, without the wait in
-gradient sync) is this many times the other ranks' median: the others wait for it every step.
-Two ranks doing the same work on a shared machine differ by up to about 10%."""
-STRAGGLER_MIN_S = 0.002
-"""...and at least this much longer (smaller gaps are scheduling noise)."""
-SYNC_SHARE_WARN = 0.20
-"""Share of the step spent in gradient communication from which the doctor warns."""
-SYNC_SHARE_CRITICAL = 0.50
-"""Communication share that is critical: more time synchronising than computing."""
-SYNC_BATCH_FACTOR = 4
-"""How much larger a per-rank batch the doctor suggests against synchronisation overhead."""
 
-CUDA_BEFORE_FORK = (
-    "CUDA is already initialised in this process, and this strategy starts its ranks with "
-    "{method} (as ddp_notebook does): a forked process cannot use the CUDA context of its "
-    "parent, so every rank would fail. An earlier cell touched the GPU (a tensor or model moved "
-    "to 'cuda', a torch.cuda.* call). Restart the kernel and run the training cell before "
-    "anything uses the GPU, leaving the move to the GPU to the Trainer (it does it inside each "
-    "rank), or run the training as a script with strategy='ddp'."
-)
-_CUDA_FORK_MARKERS = (
-    "CUDA is already initialised in this process",
-    "can't create new processes if CUDA is already initialized",
-)
-
-
-FORKED_RANK_THREADS = (
-    "Each forked rank trains with 1 torch thread: GNU OpenMP, which torch uses on Linux, hangs "
-    "in a process forked after it has run in parallel (GCC bug 60035), as this process may have "
-    "in an earlier cell. On this machine a rank could otherwise use {threads}; to give each rank "
-    "several threads, run the training as a script with strategy='ddp'."
-)
-
-
-def _start_method(trainer: Any) -> str | None:
+def start_method(trainer: Any) -> str | None:
+    """How the trainer's strategy starts its ranks (``fork``, ``spawn``, ...), None for scripts."""
     return getattr(getattr(trainer.strategy, "launcher", None), "_start_method", None)
-
-
-def forked_rank_threads_note(trainer: Any) -> str | None:
-    """In the notebook process: the note that forked ranks will train with one thread, when a
-    rank would otherwise have used more (Lightning gives each rank OMP_NUM_THREADS, or the
-    cores divided among the ranks)."""
-    if _start_method(trainer) != "fork":
-        return None
-    ranks = max(1, int(getattr(trainer.strategy, "num_processes", 1)))
-    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // ranks))
-    return FORKED_RANK_THREADS.format(threads=threads) if threads > 1 else None
-
-
-class CudaBeforeForkError(RuntimeError):
-    """A fork-based strategy was about to start after CUDA was initialised in this process."""
-
-
-def check_fork(trainer: Any, *, cuda_initialized: Callable[[], bool] | None = None) -> None:
-    """Refuse a fork-based launch (``ddp_notebook``) in a process that has initialised CUDA.
-
-    Call it in the notebook process before ``trainer.fit``: the message says what went wrong and
-    what to do, where Lightning's own check stops at "can't create new processes".
-    ``cuda_initialized`` defaults to ``torch.cuda.is_initialized``.
-    """
-    method = _start_method(trainer)
-    if method not in ("fork", "forkserver"):
-        return
-    if cuda_initialized is None:
-        import torch
-
-        cuda_initialized = torch.cuda.is_initialized
-    if cuda_initialized():
-        raise CudaBeforeForkError(CUDA_BEFORE_FORK.format(method=method))
-
-
-def describe_rank_failure(err: BaseException) -> str | None:
-    """``rank 1 failed: ZeroDivisionError: ...`` for a rank process that failed, else None."""
-    from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
-
-    if not isinstance(err, ProcessException):
-        return None
-    text = str(err).strip()
-    if isinstance(err, ProcessRaisedException):  # the message ends with the rank's traceback
-        text = text.splitlines()[-1].strip()
-    return f"rank {err.error_index} failed: {text}"
 
 
 # -- gradient synchronisation -------------------------------------------------------------------
@@ -268,10 +188,6 @@ def _job_system(results: Sequence[RunResult]) -> dict[str, Any]:
     return job
 
 
-def _ms(seconds: float | None) -> str:
-    return fmt(seconds, ".1f", scale=1e3, suffix=" ms")
-
-
 def _sync_note(ranks: Sequence[dict[str, Any]], slowest: dict[str, Any]) -> str | None:
     timed = [e for e in ranks if e["sync_time"] is not None]
     if not timed or len(timed) < len(ranks):
@@ -282,7 +198,7 @@ def _sync_note(ranks: Sequence[dict[str, Any]], slowest: dict[str, Any]) -> str 
     share = f", {comm / step:.0%} of the step" if step > 0 else ""
     return (
         f"Gradient synchronisation (DDP all-reduce, timed by a communication hook) takes "
-        f"{_ms(comm)} per step{share}; ranks that wait for the slowest spend up to {_ms(wait)} "
+        f"{fmt_ms(comm)} per step{share}; ranks that wait for the slowest spend up to {fmt_ms(wait)} "
         "more there."
     )
 
@@ -299,7 +215,7 @@ def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
     notes = [
         f"{world} ranks (processes) on {len(hosts)} host(s): samples/s is the sum over the ranks; "
         f"data_time and batch_time are rank {slow['rank']}'s, the slowest (its own work "
-        f"{_ms(slow['work_time'])} per step)."
+        f"{fmt_ms(slow['work_time'])} per step)."
         if world > 1
         else "Trained in one process started by the strategy; its records came back from there."
     ]
@@ -326,40 +242,6 @@ def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
         ranks=ranks,
         host_syncs=results[0].host_syncs,
     )
-
-
-def rank_table(run: RunResult) -> Table:
-    """One row per rank: its medians, its gradient-sync time and its own work per step."""
-    slow = slowest_rank(run.ranks)["rank"] if run.ranks else None
-    columns = ["rank", "host", "steps", "samples/s", "data_time ms", "batch_time ms"]
-    columns += ["sync ms", "own work ms", "data share", "note"]
-    rows = [
-        [
-            str(e["rank"]),
-            e["host"],
-            str(e["steps"]),
-            fmt(e["samples_per_s"], ".1f"),
-            fmt(e["data_time"], ".2f", scale=1e3),
-            fmt(e["batch_time"], ".2f", scale=1e3),
-            fmt(e["sync_time"], ".2f", scale=1e3),
-            fmt(e["work_time"], ".2f", scale=1e3),
-            fmt(e["data_share"], ".0%"),
-            f"failed: {e['error']}" if e["error"] else ("slowest" if e["rank"] == slow else ""),
-        ]
-        for e in run.ranks
-    ]
-    return Table(columns, rows, caption="per rank")
-
-
-def summary_text(run: RunResult) -> str:
-    """What rank 0 prints at the end of a multi-rank fit: the ranks, the job, the findings."""
-    lines = [
-        f"speedlab: {len(run.ranks)} ranks, job {run.summary_line()}",
-        str(rank_table(run)),
-        *[f"note: {n}" for n in run.notes],
-        *[str(f) for f in rank_findings(run)],
-    ]
-    return "\n".join(lines)
 
 
 # -- the probe's distributed half ---------------------------------------------------------------
@@ -404,7 +286,7 @@ class RankRecorder:
         """In a rank forked from the process that built the probe, before any training op:
         one torch thread (see ``FORKED_RANK_THREADS``). Spawned ranks start afresh and keep
         theirs."""
-        if self.in_child and _start_method(trainer) == "fork":
+        if self.in_child and start_method(trainer) == "fork":
             import torch
 
             if torch.get_num_threads() > 1:
@@ -504,7 +386,7 @@ class RankRecorder:
         dist.all_gather_object(gathered, self.payload(result, None))
         job = job_result(gathered)
         if self.rank == 0:
-            print(summary_text(job), flush=True)
+            print(f"speedlab: {len(job.ranks)} ranks\n{job.report()}", flush=True)
         return job
 
     def _write(self, payload: dict[str, Any]) -> None:
@@ -526,169 +408,3 @@ class RankRecorder:
         finally:
             shutil.rmtree(self.handoff, ignore_errors=True)
         return job_result(payloads) if payloads else None
-
-
-# -- the doctor's distributed rules -------------------------------------------------------------
-
-
-def _cuda_fork(run: RunResult) -> list[Finding]:
-    error = run.error or ""
-    if not any(marker in error for marker in _CUDA_FORK_MARKERS):
-        return []
-    advice = (
-        "In a notebook, ddp_notebook forks the notebook process into the ranks, and a forked "
-        "process cannot use CUDA once its parent has initialised it. Restart the kernel; keep "
-        "every GPU call inside the training code (the Trainer moves the model in each rank); "
-        "or train from a script with strategy='ddp'."
-    )
-    return [Finding("notebook_trap", f"The run failed: {error}", advice, None, "critical")]
-
-
-def _measured(entry: dict[str, Any]) -> bool:
-    """Whether a rank ran enough steady steps for the rules to read its figures."""
-    keys = ("data_time", "batch_time", "work_time")
-    return entry["steps"] >= STEPS_FOR_FIGURES and all(entry[k] is not None for k in keys)
-
-
-def _straggler(run: RunResult) -> list[Finding]:
-    ranks = [e for e in run.ranks if _measured(e)]
-    if len(ranks) < 2:
-        return []
-    slow = slowest_rank(ranks)
-    others = [e for e in ranks if e is not slow]
-    work = statistics.median(e["work_time"] for e in others)
-    if not _slower(slow["work_time"], work):
-        return []
-    data = statistics.median(e["data_time"] for e in others)
-    compute = statistics.median(e["batch_time"] - (e["sync_time"] or 0.0) for e in others)
-    slow_compute = slow["batch_time"] - (slow["sync_time"] or 0.0)
-    evidence = (
-        f"Rank {slow['rank']} needs {_ms(slow['work_time'])} of its own work per step (data "
-        f"{_ms(slow['data_time'])}, compute {_ms(slow_compute)}); the other ranks need "
-        f"{_ms(work)} (data {_ms(data)}, compute {_ms(compute)}). Every step waits for rank "
-        f"{slow['rank']} at the gradient sync."
-    )
-    if _slower(slow["data_time"], data):
-        advice = (
-            f"Rank {slow['rank']}'s data loading is slower (data is "
-            f"{fmt(slow['data_share'], '.0%')} of its step): look at what makes its shard slow "
-            "(larger files, slower storage, a heavier transform, a busy core). More DataLoader "
-            "workers per rank help when cores are free."
-        )
-        return [Finding("straggler", evidence, advice, "workers", "warn", 2)]
-    advice = (
-        f"Rank {slow['rank']}'s compute is slower: a slower or busier device (another process on "
-        "its GPU or cores, thermal throttling), or more work in its batches (longer sequences). "
-        "The job runs at the pace of its slowest rank."
-    )
-    return [Finding("straggler", evidence, advice, None, "warn")]
-
-
-def _slower(value: float, others: float) -> bool:
-    return value >= STRAGGLER_FACTOR * others and value - others >= STRAGGLER_MIN_S
-
-
-def _sync_share(run: RunResult) -> list[Finding]:
-    timed = [e for e in run.ranks if _measured(e) and e["sync_time"] is not None]
-    if len(timed) < 2 or len(timed) < len(run.ranks):
-        return []
-    slow = slowest_rank(timed)
-    comm = min(e["sync_time"] for e in timed)
-    step = (slow["data_time"] or 0.0) + (slow["batch_time"] or 0.0)
-    if step <= 0 or comm / step < SYNC_SHARE_WARN:
-        return []
-    severity = "critical" if comm / step >= SYNC_SHARE_CRITICAL else "warn"
-    batch = round(statistics.median(slow["records"]["samples"]) or 1)
-    evidence = (
-        f"Gradient synchronisation takes {_ms(comm)} of each {_ms(step)} step "
-        f"({comm / step:.0%}), even on rank {slow['rank']}, which waits for no one."
-    )
-    advice = (
-        "Each step exchanges every gradient, however little the ranks computed: more work per "
-        "step makes the exchange a smaller share. Use larger batches per rank, or "
-        "trainer.accumulate_grad_batches (DDP syncs only on the last of them). With CPU "
-        "processes on one machine, fewer ranks with more threads each may be faster."
-    )
-    return [
-        Finding(
-            "overhead_bound", evidence, advice, "batch_size", severity, batch * SYNC_BATCH_FACTOR
-        )
-    ]
-
-
-def rank_findings(run: RunResult) -> list[Finding]:
-    """The doctor's findings that only several ranks show: a straggler rank, the share of time
-    in gradient synchronisation, and CUDA initialised before a fork-based launch.
-
-    A data-bound slowest rank needs no rule here: the job's figures are that rank's, so the
-    doctor's own data-bound rules see it.
-    """
-    return _cuda_fork(run) + (_straggler(run) + _sync_share(run) if run.ranks else [])
-
-
-# -- scaling ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """How a run with N processes compares with the same run on one."""
-
-    run: RunResult
-    reference: RunResult
-    processes: int
-
-    @property
-    def speedup(self) -> float:
-        return self.run.samples_per_s / self.reference.samples_per_s
-
-    @property
-    def efficiency(self) -> float:
-        """throughput(N) / (N x throughput(1)): 100% is perfect scaling."""
-        return self.speedup / self.processes
-
-    def __str__(self) -> str:
-        return (
-            f"{self.processes} processes: {self.speedup:.2f}x the samples/s of one, scaling "
-            f"efficiency {self.efficiency:.0%} (100% = {self.processes}x)."
-        )
-
-
-def processes_of(run: RunResult) -> int:
-    return max(1, len(run.ranks))
-
-
-def scaling(sweep: SweepResult) -> list[Scaling]:
-    """Each multi-process run against the one-process run with the same other knobs."""
-
-    def others(run: RunResult) -> dict[str, Any]:
-        return {k: v for k, v in run.knobs.items() if k not in ("devices", "strategy")}
-
-    done = [r for r in sweep.runs if r.ok and r.samples_per_s > 0]
-    out = []
-    for run in done:
-        n = processes_of(run)
-        reference = next(
-            (r for r in done if processes_of(r) == 1 and others(r) == others(run)), None
-        )
-        if n > 1 and reference is not None:
-            out.append(Scaling(run, reference, n))
-    return out
-
-
-def scaling_notes(sweep: SweepResult) -> None:
-    """Note each multi-process run's scaling efficiency on it, and why it falls short."""
-    found = scaling(sweep)
-    for item in found:
-        item.run.notes.append(f"scaling: {item}")
-    cpu = [item for item in found if item.run.device == "cpu"]
-    if cpu:
-        from speedlab.measure.system import usable_cores
-
-        sweep.notes.append(
-            f"Scaling efficiency = samples/s with N processes / (N x samples/s with 1). The CPU "
-            f"processes here share {usable_cores()} cores: each rank gets its share of them "
-            "(Lightning gives each cores/N threads), so N ranks only gain where one process "
-            "left cores idle (per-step overhead, waiting for data); gradient synchronisation "
-            "and the ranks' data loading take their part on top. On N GPUs each rank has a "
-            "device of its own."
-        )

@@ -182,30 +182,10 @@ class RunResult:
         p.text(self.report())
 
     def report(self) -> str:
-        """A readable breakdown: medians with p10/p90, share, throughput, phases, system."""
-        d, b = self.data_summary, self.batch_summary
-        lines = [
-            f"samples/s     {fmt(self.samples_per_s, '.1f')}   ({self.samples} samples in {self.steps} steps)",
-            f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
-            f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
-            f"data share    {fmt(self.data_share, '.0%')}",
-            "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items() if v > 0),
-        ]
-        if self.system:
-            lines.append(
-                f"CPU           {fmt(self.system.get('cpu_percent'), '.0f')}% of the machine, "
-                f"peak RSS {fmt(self.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB"
-            )
-        if self.final_loss is not None:
-            lines.append(f"final loss    {self.final_loss:.4f}")
-        if self.ranks:
-            from speedlab.measure.ranks import rank_table  # lazy: that module imports this one
+        """A readable breakdown: medians with p10/p90, share, throughput, phases, system, ranks."""
+        from speedlab.notebook.report import run_report
 
-            lines.append(str(rank_table(self)))
-        lines += [f"note: {n}" for n in self.notes]
-        if self.error:
-            lines.append(f"error: {self.error}")
-        return "\n".join(lines)
+        return run_report(self)
 
     def timeline(self, **kwargs: Any) -> Any:
         """The pipeline chart of this run (a matplotlib Figure)."""

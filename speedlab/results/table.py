@@ -60,3 +60,8 @@ def fmt(value: float | None, spec: str, *, scale: float = 1.0, suffix: str = "")
     if value is None or value != value:
         return "-"
     return f"{value * scale:{spec}}{suffix}"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Seconds as milliseconds to one decimal (``0.01234`` -> ``'12.3 ms'``), a dash if missing."""
+    return fmt(seconds, ".1f", scale=1e3, suffix=" ms")

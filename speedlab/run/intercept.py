@@ -23,7 +23,7 @@ from typing import Any
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
-from speedlab.measure.ranks import check_fork, forked_rank_threads_note
+from speedlab.run.forking import check_fork, forked_rank_threads_note
 from speedlab.run.knobs import DATA_KNOBS, Knobs
 from speedlab.run.loaders import rebuild_loader, shutdown_loader
 from speedlab.run.preload import Preloaded, preload

@@ -19,11 +19,12 @@ from typing import Any
 
 import speedlab
 from speedlab.analysis.doctor import diagnose, diagnose_sweep
-from speedlab.measure.ranks import describe_rank_failure, scaling_notes
+from speedlab.analysis.scaling import scaling_notes
 from speedlab.notebook.live import LiveView, choose_view
 from speedlab.results.run import RunResult, SweepResult
 from speedlab.results.stats import summarize
 from speedlab.results.store import RunStore
+from speedlab.run.forking import describe_rank_failure
 from speedlab.run.intercept import Intercept, RunControls
 from speedlab.run.knobs import KNOBS, KnobError, Knobs, as_list, sweep_plan
 

@@ -17,7 +17,7 @@ from traitlets.config import Config
 
 from speedlab.analysis.linter import RULES, LintError, LintFinding, lint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One bad/good pair per rule. Each bad class has exactly one finding, for its rule.
 

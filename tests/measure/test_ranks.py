@@ -19,18 +19,14 @@ import lightning.pytorch as pl
 import psutil
 import pytest
 
-from speedlab.measure.ranks import (
-    CudaBeforeForkError,
-    check_fork,
-    job_result,
-    rank_findings,
-    scaling,
-    slowest_rank,
-)
+from speedlab.analysis.ranks import rank_findings
+from speedlab.analysis.scaling import scaling
+from speedlab.measure.ranks import job_result, slowest_rank
 from speedlab.measure.system import usable_cores
 from speedlab.results.run import RunResult
+from speedlab.run.forking import CudaBeforeForkError, check_fork
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "ddp_script.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "ddp_script.py"
 
 SETUP = """
 import os, time

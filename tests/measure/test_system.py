@@ -32,7 +32,7 @@ from speedlab.measure.system import (
 )
 
 FORK = multiprocessing.get_context("fork")
-REPO = Path(speedlab.measure.system.__file__).resolve().parents[1]
+REPO = Path(speedlab.measure.system.__file__).resolve().parents[2]
 
 
 def burn_cpu(cpu_s: float) -> None:

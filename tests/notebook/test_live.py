@@ -11,9 +11,9 @@ from itertools import pairwise
 import lightning.pytorch as pl
 import pytest
 
-from speedlab.notebook import live
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.system import SystemSample
+from speedlab.notebook import live
 from speedlab.notebook.live import (
     WINDOW,
     LiveView,

@@ -16,7 +16,7 @@ import pytest
 import speedlab.results.store
 from speedlab.results.store import RunStore, StoreError, default_store_path, format_history
 
-REPO = Path(speedlab.results.store.__file__).resolve().parents[1]
+REPO = Path(speedlab.results.store.__file__).resolve().parents[2]
 
 RUN = {
     "knobs": {"precision": "16-mixed", "workers": 4},

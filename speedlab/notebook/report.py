@@ -1,0 +1,63 @@
+"""A run's report in words: its figures, phases, system use, ranks and notes.
+
+``RunResult.report()`` (and so the result's display) hands over to ``run_report``; the rank
+table and the findings that only several ranks show come from here.
+"""
+
+from __future__ import annotations
+
+from speedlab.analysis.ranks import rank_findings
+from speedlab.measure.ranks import slowest_rank
+from speedlab.results.run import RunResult
+from speedlab.results.table import Table, fmt
+
+
+def rank_table(run: RunResult) -> Table:
+    """One row per rank: its medians, its gradient-sync time and its own work per step."""
+    slow = slowest_rank(run.ranks)["rank"] if run.ranks else None
+    columns = ["rank", "host", "steps", "samples/s", "data_time ms", "batch_time ms"]
+    columns += ["sync ms", "own work ms", "data share", "note"]
+    rows = [
+        [
+            str(e["rank"]),
+            e["host"],
+            str(e["steps"]),
+            fmt(e["samples_per_s"], ".1f"),
+            fmt(e["data_time"], ".2f", scale=1e3),
+            fmt(e["batch_time"], ".2f", scale=1e3),
+            fmt(e["sync_time"], ".2f", scale=1e3),
+            fmt(e["work_time"], ".2f", scale=1e3),
+            fmt(e["data_share"], ".0%"),
+            f"failed: {e['error']}" if e["error"] else ("slowest" if e["rank"] == slow else ""),
+        ]
+        for e in run.ranks
+    ]
+    return Table(columns, rows, caption="per rank")
+
+
+def run_report(run: RunResult) -> str:
+    """Medians with p10/p90, share, throughput, phases, system; with several ranks, the rank
+    table and the findings only they show."""
+    d, b = run.data_summary, run.batch_summary
+    lines = [
+        f"samples/s     {fmt(run.samples_per_s, '.1f')}   ({run.samples} samples in {run.steps} steps)",
+        f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
+        f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
+        f"data share    {fmt(run.data_share, '.0%')}",
+        "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in run.phases.items() if v > 0),
+    ]
+    if run.system:
+        lines.append(
+            f"CPU           {fmt(run.system.get('cpu_percent'), '.0f')}% of the machine, "
+            f"peak RSS {fmt(run.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB"
+        )
+    if run.final_loss is not None:
+        lines.append(f"final loss    {run.final_loss:.4f}")
+    if run.ranks:
+        lines.append(str(rank_table(run)))
+    lines += [f"note: {n}" for n in run.notes]
+    if run.ranks:
+        lines += [str(f) for f in rank_findings(run)]
+    if run.error:
+        lines.append(f"error: {run.error}")
+    return "\n".join(lines)
