@@ -1,7 +1,8 @@
 # speedlab: set-up, the main job and the tests, from this repository's files alone.
 #   make run    set up, then open JupyterLab on the lesson notebooks (speedlab demo without a browser)
 #   make demo   set up, then train the image lab in the terminal and show where the time goes
-#   make test   set up (chromium included, for the browser tests), lint, run the whole test suite
+#   make test   set up (chromium included, for the browser tests), lint (format, style, layers),
+#               run the whole test suite
 
 VENV   ?= .venv
 PYTHON ?= python3
@@ -41,9 +42,11 @@ browser-deps:
 			echo "chromium is missing and cannot be installed here: the browser tests will be skipped"; \
 		fi; }
 
+# lint-imports checks the layers (pyproject's [tool.importlinter]): no import runs up, no cycle.
 lint: setup
 	$(VENV)/bin/ruff format --check speedlab tests benchmarks examples
 	$(VENV)/bin/ruff check speedlab tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 format: setup
 	$(VENV)/bin/ruff format speedlab tests benchmarks examples

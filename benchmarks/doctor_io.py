@@ -46,7 +46,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import speedlab
-from speedlab.analysis.doctor import CONTENDED_CORES, diagnose
+from speedlab.analysis.compare import other_processes_cores
+from speedlab.analysis.data import CONTENDED_CORES
+from speedlab.analysis.doctor import diagnose
 from speedlab.labs import (
     QUIET_TRAINER,
     ShapesDataset,
@@ -54,7 +56,6 @@ from speedlab.labs import (
     image_lab,
     make_shapes,
 )
-from speedlab.results.compare import other_processes_cores
 from speedlab.run.autotuner import autotune
 from speedlab.run.knobs import DATA_KNOBS, Knobs
 from speedlab.run.loaders import rebuild_loader, shutdown_loader

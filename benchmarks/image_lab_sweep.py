@@ -9,8 +9,8 @@ import argparse
 
 import lightning.pytorch as pl
 
+from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, image_lab
-from speedlab.run.sweep import profile_train
 
 
 def train() -> None:

@@ -37,8 +37,10 @@ import lightning.pytorch as pl
 import torch
 
 from speedlab.labs import QUIET_TRAINER, tabular_lab
-from speedlab.notebook.live import LiveView, NotebookView, TerminalView
+from speedlab.notebook.live import NotebookView, TerminalView
+from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import plan_sweep, run_sweep
+from speedlab.run.watch import LiveView
 
 TARGET = 1.01
 WARMUP = 20
@@ -111,7 +113,7 @@ def live_seconds(run: Any, block: int) -> float:
 
 def measure(view: LiveView, args: argparse.Namespace, tty: int) -> dict[str, float]:
     """One run with the view alternating: its ratio, drawing share and frame rate."""
-    spec = plan_sweep({}, steps=args.steps, warmup=WARMUP)
+    spec = plan_sweep({}, controls=RunControls(steps=args.steps, warmup=WARMUP))
     view = alternating(view, args.block)
     run = run_sweep(train, spec, view=view, store=False).runs[0]
     drain(tty)
@@ -139,7 +141,9 @@ def main() -> int:
         "notebook view": lambda: NotebookView(publish=Serialised, timeline=False),
         "terminal view": lambda: TerminalView(terminal),
     }
-    run_sweep(train, plan_sweep({}, steps=200), view=LiveView(), store=False)  # warm up
+    run_sweep(
+        train, plan_sweep({}, controls=RunControls(steps=200)), view=LiveView(), store=False
+    )  # warm up
     rounds = [
         {name: measure(make(), args, tty_main) for name, make in views.items()}
         for _ in range(args.runs)

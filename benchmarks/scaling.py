@@ -25,7 +25,7 @@ import torch
 import speedlab
 from speedlab.analysis.scaling import processes_of, scaling
 from speedlab.labs import QUIET_TRAINER, image_lab, tabular_lab
-from speedlab.measure.system import usable_cores
+from speedlab.measure.machine import usable_cores
 
 QUIET = dict(
     accelerator="cpu",

@@ -24,39 +24,42 @@ __version__ = "0.1.0"
 _LAZY = {
     "SpeedProbe": "speedlab.measure.probe",
     "RunResult": "speedlab.results.run",
-    "SweepResult": "speedlab.results.run",
+    "SweepResult": "speedlab.results.sweep",
     "Knobs": "speedlab.run.knobs",
     "explain": "speedlab.run.knobs",
-    "profile_train": "speedlab.run.sweep",
-    "autotune": "speedlab.run.autotuner",
-    "Finding": "speedlab.analysis.doctor",
+    "profile_train": "speedlab.api",
+    "autotune": "speedlab.api",
+    "Finding": "speedlab.analysis.findings",
     "diagnose": "speedlab.analysis.doctor",
     "history": "speedlab.results.store",
     "lint": "speedlab.analysis.linter",
     "LintFinding": "speedlab.analysis.linter",
     "SystemSampler": "speedlab.measure.system",
-    "system_info": "speedlab.measure.system",
+    "system_info": "speedlab.measure.machine",
 }
 
 __all__ = [*_LAZY, "labs", "last", "load_ipython_extension", "unload_ipython_extension"]
 
-#: The SweepResult of the last ``%%profile_train`` cell or ``profile_train`` call.
-last: Any = None
-
 if TYPE_CHECKING:
     from speedlab import labs
-    from speedlab.analysis.doctor import Finding, diagnose
+    from speedlab.analysis.doctor import diagnose
+    from speedlab.analysis.findings import Finding
     from speedlab.analysis.linter import LintFinding, lint
+    from speedlab.api import autotune, profile_train
+    from speedlab.measure.machine import system_info
     from speedlab.measure.probe import SpeedProbe
-    from speedlab.measure.system import SystemSampler, system_info
-    from speedlab.results.run import RunResult, SweepResult
+    from speedlab.measure.system import SystemSampler
+    from speedlab.results.run import RunResult
     from speedlab.results.store import history
-    from speedlab.run.autotuner import autotune
+    from speedlab.results.sweep import SweepResult
     from speedlab.run.knobs import Knobs, explain
-    from speedlab.run.sweep import profile_train
 
 
 def __getattr__(name: str) -> Any:
+    if name == "last":  # the SweepResult of the last cell, panel run or API call
+        from speedlab.notebook import session
+
+        return session.last
     if name == "labs":
         return importlib.import_module("speedlab.labs")
     if name in _LAZY:

@@ -13,8 +13,8 @@ def demo(steps: int, workers: int) -> int:
     """Train the image lab briefly with a live line, then print where the time went."""
     import lightning.pytorch as pl
 
+    from speedlab.api import profile_train
     from speedlab.labs import QUIET_TRAINER, image_lab
-    from speedlab.run.sweep import profile_train
 
     def train() -> None:
         model, data = image_lab(num_workers=workers)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("demo: --steps must be >= 1 and --workers >= 0")
         return demo(args.steps, args.workers)
     if args.command == "system":
-        from speedlab.measure.system import format_system_info, system_info
+        from speedlab.measure.machine import format_system_info, system_info
 
         print(format_system_info(system_info()))
     elif args.command == "history":

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The short profiled runs that the tests of the doctor share (tests/analysis, tests/run).
+pytest_plugins = ["tests.doctor_runs"]
+
 
 @pytest.fixture(scope="session")
 def lab_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:

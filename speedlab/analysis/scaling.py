@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from speedlab.measure.system import usable_cores
-from speedlab.results.run import RunResult, SweepResult
+from speedlab.measure.machine import usable_cores
+from speedlab.results.run import RunResult
+from speedlab.results.sweep import SweepResult
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class LabDataModule(pl.LightningDataModule):
     """
 
     def __init__(
-        self, *, batch_size: int, num_workers: int, pin_memory: bool, persistent_workers: bool
+        self, batch_size: int, num_workers: int, pin_memory: bool, persistent_workers: bool
     ) -> None:
         super().__init__()
         self.batch_size = batch_size

@@ -74,20 +74,6 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "speedlab"
 
 
-def shapes_dir(
-    root: str | Path | None = None,
-    *,
-    n: int = 2000,
-    size: int = 64,
-    quality: int = 85,
-    classes: int = 4,
-    seed: int = 0,
-) -> Path:
-    """The folder ``make_shapes`` writes for these parameters (under ``root`` or the cache)."""
-    parent = default_cache_dir() if root is None else Path(root).expanduser()
-    return parent / f"shapes-n{n}-s{size}-q{quality}-c{classes}-seed{seed}"
-
-
 def make_shapes(
     root: str | Path | None = None,
     *,
@@ -104,7 +90,7 @@ def make_shapes(
     layout is ``<folder>/<class>/<index:05d>.jpg`` plus ``manifest.json``; image ``i`` has class
     ``i % classes``. The same parameters always give the same bytes.
 
-    The folder is ``shapes_dir(root, ...)``: a subfolder named from the parameters under
+    The folder is named from the parameters (``shapes-n2000-s64-q85-c4-seed0``), under
     ``root``, or under ``default_cache_dir()`` when ``root`` is None. A folder with a matching
     manifest is reused as it is. Generation writes into a hidden sibling folder, the manifest
     last, then renames it into place, so an interrupted run never looks finished; a folder
@@ -126,7 +112,8 @@ def make_shapes(
             raise ValueError(
                 f"make_shapes({key}={params[key]!r}) is not valid. Expected {allowed}."
             )
-    target = shapes_dir(root, **params)
+    parent = default_cache_dir() if root is None else Path(root).expanduser()
+    target = parent / f"shapes-n{n}-s{size}-q{quality}-c{classes}-seed{seed}"
     if _is_complete(target, params):
         return target
     shutil.rmtree(target, ignore_errors=True)
@@ -352,12 +339,7 @@ class ShapesDataModule(LabDataModule):
         seed: int = 0,
         throttle: ThrottledOpener | None = None,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-        )
+        super().__init__(batch_size, num_workers, pin_memory, persistent_workers)
         self.save_hyperparameters()
         self.root = root
         self.shapes = {"n": n, "size": size, "quality": quality, "classes": classes, "seed": seed}

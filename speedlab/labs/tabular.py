@@ -50,12 +50,7 @@ class TabularDataModule(LabDataModule):
         classes: int = 4,
         seed: int = 0,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-        )
+        super().__init__(batch_size, num_workers, pin_memory, persistent_workers)
         self.save_hyperparameters()
         self.n, self.features, self.classes, self.seed = n, features, classes, seed
 

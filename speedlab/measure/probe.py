@@ -18,13 +18,13 @@ The hot path only appends floats to lists: no tensor allocation, no ``.item()``,
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
+from speedlab.measure.devices.cuda import CudaTimer
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
@@ -50,40 +50,6 @@ def batch_size_of(batch: Any) -> int:
             batch = batch[0]
         else:
             return 0
-
-
-class _CudaTimer:
-    """batch_time from CUDA events, resolved lazily once the GPU has passed them."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self._event = lambda: torch.cuda.Event(enable_timing=True)
-        self._synchronize = torch.cuda.synchronize
-        self._pool: list[Any] = []
-        self._pending: deque[tuple[int, Any, Any]] = deque()
-        self._start: Any = None
-
-    def _take(self) -> Any:
-        return self._pool.pop() if self._pool else self._event()
-
-    def start(self) -> None:
-        self._start = self._take()
-        self._start.record()
-
-    def stop(self, index: int) -> None:
-        end = self._take()
-        end.record()
-        self._pending.append((index, self._start, end))
-
-    def resolve(self, batch_times: list[float], *, wait: bool = False) -> None:
-        """Write finished spans into ``batch_times``; with ``wait``, synchronize once first."""
-        if wait and self._pending:
-            self._synchronize()
-        while self._pending and (wait or self._pending[0][2].query()):
-            index, start, end = self._pending.popleft()
-            batch_times[index] = start.elapsed_time(end) / 1e3
-            self._pool += (start, end)
 
 
 class _SpeedProbeCore:
@@ -141,7 +107,7 @@ class _SpeedProbeCore:
         self._batch_samples = 0
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
-        self._cuda: _CudaTimer | None = None
+        self._cuda: CudaTimer | None = None
         self._syncs: SyncWatch | None = None
         self._trainer = trainer
         self._active = True
@@ -243,7 +209,7 @@ class _SpeedProbeCore:
         self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
-            self._cuda = _CudaTimer()
+            self._cuda = CudaTimer()
             self._syncs = SyncWatch(self.warmup)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
@@ -393,18 +359,6 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
         trainer.fit(model, datamodule)
         print(probe.result().report())
     """
-
-    def __init__(
-        self,
-        warmup: int = 5,
-        log_every_n_steps: int = 50,
-        *,
-        sample_system: bool = True,
-        compiled: bool | None = None,
-    ) -> None:
-        _SpeedProbeCore.__init__(
-            self, warmup, log_every_n_steps, sample_system=sample_system, compiled=compiled
-        )
 
     @property
     @override

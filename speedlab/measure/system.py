@@ -2,7 +2,7 @@
 
 `SystemSampler` watches the main process and the children born during the run (DataLoader
 workers) at about 4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound
-one. `system_info` describes the static environment for `%speedlab system` and the run store.
+one. The machine's static description is speedlab.measure.machine.
 
 Nothing here imports torch or lightning: torch is only consulted when the user's code has
 already imported it, and CUDA is never initialised (that would break fork-based workers).
@@ -10,13 +10,8 @@ already imported it, and CUDA is never initialised (that would break fork-based 
 
 from __future__ import annotations
 
-import importlib.metadata
-import math
-import multiprocessing
 import os
-import platform
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,15 +20,13 @@ from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from statistics import fmean
-from types import ModuleType, TracebackType
 from typing import Any
 
 import psutil
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch, torch_gpu_memory
 
-SHM_PATH = "/dev/shm"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -139,12 +132,7 @@ class SystemSampler:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property
@@ -250,7 +238,7 @@ class _Reader:
         self._main = psutil.Process(os.getpid())
         self._thread_stat = Path(f"/proc/self/task/{train_thread}/stat")
         self._thread_cpu: float | None = None
-        self._nvml = _Nvml()
+        self._nvml = Nvml()
         self._t: float | None = None
         self._cpu: list[Any] = []
         self._main_cpu = 0.0
@@ -311,7 +299,7 @@ class _Reader:
             owner[child] = times.user + times.system
 
         gpu_util, gpu_mem = self._nvml.read()
-        torch = _imported_torch()
+        torch = imported_torch()
         sample = SystemSample(
             t=t,
             cpu_percent=None,
@@ -324,7 +312,7 @@ class _Reader:
             shm_used_bytes=_shm_used(),
             torch_threads=torch.get_num_threads() if torch is not None else None,
             gpu_util_percent=gpu_util,
-            gpu_mem_bytes=gpu_mem if gpu_mem is not None else _torch_gpu_memory(torch),
+            gpu_mem_bytes=gpu_mem if gpu_mem is not None else torch_gpu_memory(torch),
         )
         # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.
         self._before_reaped_cpu += sum(
@@ -390,218 +378,3 @@ def _percent(part: float, whole: float) -> float:
 
 def _shm_used() -> int | None:
     return shutil.disk_usage(SHM_PATH).used if os.path.isdir(SHM_PATH) else None
-
-
-def _imported_torch() -> ModuleType | None:
-    """torch if the user's code has finished importing it, else None. Never imports it."""
-    torch = sys.modules.get("torch")
-    # A module still executing its import (perhaps in another thread) has this flag set.
-    if torch is None or getattr(torch.__spec__, "_initializing", False):
-        return None
-    return torch
-
-
-def _torch_gpu_memory(torch: ModuleType | None) -> int | None:
-    """Bytes torch's CUDA allocator holds, only where CUDA is already initialised.
-
-    Checking `torch.cuda.is_available()` would initialise CUDA, and a process that has done so
-    cannot fork DataLoader workers or `ddp_notebook` ranks that use CUDA.
-    """
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    return sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
-
-
-def visible_gpus(count: int) -> list[int]:
-    """Indices of the GPUs this process may use, from CUDA_VISIBLE_DEVICES (all if unset).
-
-    Entries given as UUIDs cannot be mapped to indices here, so those count as all GPUs.
-    """
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is None:
-        return list(range(count))
-    entries = [e.strip() for e in env.split(",") if e.strip()]
-    if not all(e.isdigit() for e in entries):
-        return list(range(count))
-    return [i for i in dict.fromkeys(int(e) for e in entries) if i < count]
-
-
-class _Nvml:
-    """NVML handles of the visible GPUs; empty when pynvml (nvidia-ml-py) or a driver is missing."""
-
-    def __init__(self) -> None:
-        self.handles: list[Any] = []
-        self._lib: Any = None
-        try:
-            import pynvml
-        except ImportError:
-            return
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError:
-            return
-        self._lib = pynvml
-        try:
-            indices = visible_gpus(pynvml.nvmlDeviceGetCount())
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        except pynvml.NVMLError:
-            self.handles = []
-
-    def read(self) -> tuple[float | None, int | None]:
-        """Mean utilisation percent and summed used memory of the visible GPUs."""
-        if not self.handles:
-            return None, None
-        lib = self._lib
-        try:
-            util = fmean(lib.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles)
-            mem = sum(lib.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
-        except lib.NVMLError:
-            return None, None
-        return float(util), int(mem)
-
-    def names(self) -> list[str]:
-        names = [self._lib.nvmlDeviceGetName(h) for h in self.handles]
-        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
-
-    def close(self) -> None:
-        if self._lib is not None:
-            with suppress(self._lib.NVMLError):
-                self._lib.nvmlShutdown()
-        self._lib, self.handles = None, []
-
-
-def cgroup_limits(root: Path = CGROUP_ROOT) -> tuple[float | None, int | None]:
-    """The container's CPU quota (in cores) and memory limit (bytes); None where unlimited.
-
-    Binder and Kubernetes limit a notebook through cgroups while `os.cpu_count()` and
-    `psutil.virtual_memory()` still describe the whole host. Reads cgroup v2, then v1.
-    """
-    cpu = _read_ints(root / "cpu.max") or _read_ints(
-        root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
-    )
-    mem = _read_ints(root / "memory.max") or _read_ints(root / "memory" / "memory.limit_in_bytes")
-    cores = cpu[0] / cpu[1] if cpu and len(cpu) == 2 and cpu[0] > 0 and cpu[1] > 0 else None
-    # cgroup v1 writes "no limit" as a huge page-aligned number.
-    limit = mem[0] if mem and 0 < mem[0] < 2**62 else None
-    return cores, limit
-
-
-def _read_ints(*paths: Path) -> list[int] | None:
-    """The integers in these small files, None if any is missing or says "max" (no limit)."""
-    values: list[int] = []
-    for path in paths:
-        try:
-            words = path.read_text().split()
-        except OSError:
-            return None
-        if not words or not all(w.lstrip("-").isdigit() for w in words):
-            return None
-        values += [int(w) for w in words]
-    return values
-
-
-def usable_cores() -> int:
-    """Cores this process can really use: logical cores, CPU affinity and cgroup quota."""
-    cores = psutil.cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):
-        cores = min(cores, len(os.sched_getaffinity(0)))
-    quota, _ = cgroup_limits()
-    if quota is not None:
-        cores = min(cores, max(1, math.ceil(quota)))
-    return cores
-
-
-def system_info() -> dict[str, Any]:
-    """The static environment: cores, memory, /dev/shm, GPUs, versions, start method."""
-    memory = psutil.virtual_memory()
-    shm = shutil.disk_usage(SHM_PATH) if os.path.isdir(SHM_PATH) else None
-    _, memory_limit = cgroup_limits()
-    torch = _imported_torch()
-    return {
-        "cores_logical": psutil.cpu_count(logical=True),
-        "cores_physical": psutil.cpu_count(logical=False),
-        "cores_usable": usable_cores(),
-        "ram_total_bytes": memory.total,
-        "ram_available_bytes": memory.available,
-        "ram_limit_bytes": memory_limit,
-        "shm_total_bytes": shm.total if shm else None,
-        "shm_free_bytes": shm.free if shm else None,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": _version("torch"),
-        "lightning": _version("lightning"),
-        "pytorch_lightning": _version("pytorch_lightning"),
-        "cuda": torch.version.cuda if torch is not None else None,
-        "gpus": _gpu_names(torch),
-        "start_method": multiprocessing.get_start_method(allow_none=True)
-        # The first method listed is the platform default; asking for it would fix it.
-        or multiprocessing.get_all_start_methods()[0],
-    }
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _gpu_names(torch: ModuleType | None) -> list[str]:
-    """GPU names from NVML, else from torch without initialising CUDA where possible."""
-    nvml = _Nvml()
-    try:
-        if nvml.handles:
-            return nvml.names()
-    finally:
-        nvml.close()
-    if torch is None:
-        return []
-    count = torch.cuda.device_count()  # uses NVML when it can, so it does not initialise CUDA
-    if torch.cuda.is_initialized():
-        return [torch.cuda.get_device_name(i) for i in range(count)]
-    return [f"CUDA device {i}" for i in range(count)]
-
-
-def format_bytes(n: float | None) -> str:
-    """`1536` -> '1.5 KiB'; None -> 'n/a'."""
-    if n is None:
-        return "n/a"
-    power = min(int(math.log(abs(n), 1024)), 4) if abs(n) >= 1024 else 0
-    unit = ("B", "KiB", "MiB", "GiB", "TiB")[power]
-    return f"{n:.0f} B" if power == 0 else f"{n / 1024**power:.1f} {unit}"
-
-
-def format_system_info(info: dict[str, Any]) -> str:
-    """Readable lines for `%speedlab system`."""
-    limit = info.get("ram_limit_bytes")
-    shm_total = info.get("shm_total_bytes")
-    gpus = ", ".join(info.get("gpus") or []) or "none"
-    if info.get("cuda"):
-        gpus += f" (torch built for CUDA {info['cuda']})"
-    rows = [
-        (
-            "CPU cores",
-            f"{info['cores_logical']} logical, {info['cores_physical'] or '?'} physical, "
-            f"{info['cores_usable']} usable by this process",
-        ),
-        (
-            "RAM",
-            f"{format_bytes(info['ram_total_bytes'])} total, "
-            f"{format_bytes(info['ram_available_bytes'])} available"
-            + (f", container limit {format_bytes(limit)}" if limit else ""),
-        ),
-        (
-            "/dev/shm",
-            f"{format_bytes(shm_total)} total, {format_bytes(info['shm_free_bytes'])} free"
-            if shm_total is not None
-            else "not available",
-        ),
-        ("GPU", gpus),
-        ("Python", f"{info['python']} on {info['platform']}"),
-        ("torch", info.get("torch") or "not installed"),
-        ("lightning", info.get("lightning") or "not installed"),
-        ("pytorch_lightning", info.get("pytorch_lightning") or "not installed"),
-        ("start method", info["start_method"]),
-    ]
-    width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

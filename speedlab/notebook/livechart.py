@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from speedlab.notebook.plots import COLORS
 
 if TYPE_CHECKING:
-    from speedlab.notebook.live import Snapshot
+    from speedlab.run.watch import Snapshot
 
 WIDTH, HEIGHT = 640, 170
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 10, 24, 30

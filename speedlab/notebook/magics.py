@@ -79,7 +79,10 @@ class SpeedlabMagics(Magics):
                ...: trainer = L.Trainer(max_epochs=1)
                ...: trainer.fit(model, data)
         """
+        from speedlab.notebook.live import choose_view
+        from speedlab.notebook.session import remember
         from speedlab.run.autotuner import autotune, start_knobs
+        from speedlab.run.intercept import RunControls
         from speedlab.run.sweep import plan_sweep, run_sweep, user_traceback
 
         args = parse_argstring(self.profile_train, line)
@@ -100,14 +103,9 @@ class SpeedlabMagics(Magics):
                 if args.autotune
                 else {}
             )
+            controls = RunControls(steps=args.steps, time=args.time, warmup=args.warmup)
             spec = plan_sweep(
-                knobs,
-                trainer=trainer,
-                steps=args.steps,
-                time=args.time,
-                warmup=args.warmup,
-                repeat=args.repeat,
-                name=args.name,
+                knobs, trainer=trainer, controls=controls, repeat=args.repeat, name=args.name
             )
         except KnobError as err:
             raise UsageError(str(err)) from None
@@ -134,13 +132,14 @@ class SpeedlabMagics(Magics):
                 start=start,
                 repeat=args.repeat,
                 warmup=args.warmup,
-                live=not args.no_live,
+                view=choose_view(not args.no_live),
                 name=args.name or "autotune",
             )
         else:
             sweep = run_sweep(
-                train, spec, live=not args.no_live, source=cell, show_error=show_error
+                train, spec, view=choose_view(not args.no_live), source=cell, show_error=show_error
             )
+        remember(sweep)
         if args.output:
             return sweep
         from IPython.display import display
@@ -172,18 +171,19 @@ class SpeedlabMagics(Magics):
                 raise UsageError(f"%speedlab history {rest}: expected a number of runs, e.g. 20.")
             print(format_history(history(int(rest) if rest else 20)))
         elif command == "doctor" and not rest:
-            import speedlab
-            from speedlab.analysis.doctor import diagnose_sweep, next_experiment
+            from speedlab.analysis.verdict import diagnose_sweep
+            from speedlab.notebook.session import last
+            from speedlab.run.next_step import next_experiment
 
-            if speedlab.last is None:
+            if last is None:
                 raise UsageError(
                     "%speedlab doctor: nothing profiled yet. Run a %%profile_train cell first."
                 )
-            for finding in diagnose_sweep(speedlab.last):
+            for finding in diagnose_sweep(last):
                 print(finding, end="\n\n")
-            print("Try next:\n" + next_experiment(speedlab.last))
+            print("Try next:\n" + next_experiment(last))
         elif command == "system":
-            from speedlab.measure.system import format_system_info, system_info
+            from speedlab.measure.machine import format_system_info, system_info
 
             print(format_system_info(system_info()))
         else:

@@ -32,10 +32,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-import speedlab
-from speedlab.analysis.doctor import unique_findings
+from speedlab.analysis.findings import unique_findings
+from speedlab.notebook import session
 from speedlab.notebook.live import NotebookView
-from speedlab.results.run import RunResult, SweepResult
+from speedlab.results.run import RunResult
+from speedlab.results.sweep import SweepResult
 from speedlab.results.table import Table, fmt
 from speedlab.run.intercept import RunControls
 from speedlab.run.knobs import KNOBS, KnobError, Knobs, explain
@@ -324,7 +325,7 @@ class Panel:
         except Exception as err:  # the thread must not die with the buttons disabled
             self._show_error(err)
         finally:
-            speedlab.last = self.sweep
+            session.remember(self.sweep)
             self.table.value = self.table_html()
             self._set_running(False, knobs)
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from speedlab.results.run import RunResult, SweepResult
+    from speedlab.results.run import RunResult
+    from speedlab.results.sweep import SweepResult
 
 #: One colour per kind of time, shared with the live chart.
 COLORS = {"data": "#f28e2b", "batch": "#4e79a7", "worker": "#59a14f", "rate": "#76b7b2"}

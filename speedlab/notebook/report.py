@@ -1,38 +1,15 @@
 """A run's report in words: its figures, phases, system use, ranks and notes.
 
-``RunResult.report()`` (and so the result's display) hands over to ``run_report``; the rank
-table and the findings that only several ranks show come from here.
+``RunResult.report()`` (and so the result's display) hands over to ``run_report``, which adds
+the findings that only several ranks show.
 """
 
 from __future__ import annotations
 
 from speedlab.analysis.ranks import rank_findings
-from speedlab.measure.ranks import slowest_rank
+from speedlab.notebook.tables import rank_table
 from speedlab.results.run import RunResult
-from speedlab.results.table import Table, fmt
-
-
-def rank_table(run: RunResult) -> Table:
-    """One row per rank: its medians, its gradient-sync time and its own work per step."""
-    slow = slowest_rank(run.ranks)["rank"] if run.ranks else None
-    columns = ["rank", "host", "steps", "samples/s", "data_time ms", "batch_time ms"]
-    columns += ["sync ms", "own work ms", "data share", "note"]
-    rows = [
-        [
-            str(e["rank"]),
-            e["host"],
-            str(e["steps"]),
-            fmt(e["samples_per_s"], ".1f"),
-            fmt(e["data_time"], ".2f", scale=1e3),
-            fmt(e["batch_time"], ".2f", scale=1e3),
-            fmt(e["sync_time"], ".2f", scale=1e3),
-            fmt(e["work_time"], ".2f", scale=1e3),
-            fmt(e["data_share"], ".0%"),
-            f"failed: {e['error']}" if e["error"] else ("slowest" if e["rank"] == slow else ""),
-        ]
-        for e in run.ranks
-    ]
-    return Table(columns, rows, caption="per rank")
+from speedlab.results.table import fmt
 
 
 def run_report(run: RunResult) -> str:

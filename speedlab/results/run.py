@@ -6,15 +6,12 @@ result re-read from the run store gives the same figures as the live one.
 
 from __future__ import annotations
 
-import html
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from speedlab.results.stats import Summary, summarize
-from speedlab.results.table import Table, fmt
+from speedlab.results.table import fmt
 
 PHASES = ("setup", "preload", "compile", "epoch_start", "warmup", "steady", "validation")
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
@@ -259,125 +256,3 @@ def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:
 
 def _finite(x: float) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-@dataclass
-class SweepResult:
-    """The runs of one ``%%profile_train`` cell or ``profile_train`` call; the first is the baseline."""
-
-    runs: list[RunResult]
-    name: str | None = None
-    diagnosis: list[Any] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    chosen: RunResult | None = None
-    """The run a search settled on (autotune's best), which ``best`` returns when set."""
-
-    def __post_init__(self) -> None:
-        self.update_speedups()
-
-    def update_speedups(self) -> None:
-        """Set each run's speedup: its samples/s over the baseline's."""
-        base = self.baseline.samples_per_s if self.runs else math.nan
-        for run in self.runs:
-            ok = math.isfinite(run.samples_per_s) and math.isfinite(base) and base > 0
-            run.speedup = run.samples_per_s / base if ok else None
-
-    @property
-    def baseline(self) -> RunResult:
-        return self.runs[0]
-
-    @property
-    def best(self) -> RunResult | None:
-        """The fastest run that finished without error, or the run a search chose: autotune
-        keeps only changes that help beyond noise, so a run that merely measured faster once
-        is not its best."""
-        if self.chosen is not None:
-            return self.chosen
-        done = [r for r in self.runs if r.ok and math.isfinite(r.samples_per_s)]
-        return max(done, key=lambda r: r.samples_per_s, default=None)
-
-    def table(self) -> Table:
-        """One row per run: throughput, its speedup over the baseline and whether that is
-        beyond noise (``speedlab.results.compare``), the medians, the system figures and the notes."""
-        from speedlab.results.compare import (  # lazy: compare imports this module
-            compare,
-            spread_warning,
-        )
-
-        columns = [
-            "run",
-            "samples/s",
-            "speedup",
-            "vs baseline",
-            "data_time ms",
-            "batch_time ms",
-            "data share",
-            "CPU %",
-            "peak RSS MB",
-            "final loss",
-            "notes",
-        ]
-        rows = []
-        for run in self.runs:
-            spread = run.throughput_summary
-            rate = fmt(run.samples_per_s, ".1f")
-            if run.replicates:
-                rate += f" ±{fmt(spread.iqr / 2, '.1f')}"
-            versus = "-"
-            if run is not self.baseline and run.speedup is not None:
-                versus = compare(self.baseline, run).verdict
-            noisy = spread_warning(spread)
-            rows.append(
-                [
-                    run.label(self.baseline),
-                    rate,
-                    fmt(run.speedup, ".2f", suffix="x"),
-                    versus,
-                    fmt(run.data_time, ".2f", scale=1e3),
-                    fmt(run.batch_time, ".2f", scale=1e3),
-                    fmt(run.data_share, ".0%"),
-                    fmt(run.system.get("cpu_percent"), ".0f"),
-                    fmt(run.system.get("peak_rss_bytes"), ".0f", scale=1e-6),
-                    fmt(run.final_loss, ".3f"),
-                    "; ".join(
-                        ([f"error: {run.error}"] if run.error else [])
-                        + ([f"noisy: {noisy}"] if noisy else [])
-                        + run.notes
-                    ),
-                ]
-            )
-        return Table(columns, rows, caption=self.name or "")
-
-    def plot(self) -> Any:
-        """Per run a stacked bar of data_time and batch_time, and samples/s (a matplotlib Figure)."""
-        from speedlab.notebook.plots import sweep_figure
-
-        return sweep_figure(self)
-
-    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "runs": [r.to_dict(records=records) for r in self.runs],
-            "best": next((i for i, r in enumerate(self.runs) if r is self.best), None),
-            "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
-            "notes": self.notes,
-        }
-
-    def to_json(self, *, records: bool = True, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(records=records), indent=indent)
-
-    def to_csv(self, path: str | Path) -> Path:
-        return self.table().to_csv(path)
-
-    def __str__(self) -> str:
-        return "\n".join([str(self.table()), *self.notes])
-
-    def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(str(self))
-        for finding in self.diagnosis:
-            p.break_()
-            p.text(str(finding))
-
-    def _repr_html_(self) -> str:
-        findings = "".join(f"<li>{html.escape(str(f))}</li>" for f in self.diagnosis)
-        return self.table()._repr_html_() + (f"<ul>{findings}</ul>" if findings else "")

@@ -7,7 +7,8 @@ change that looks better but is within noise is measured again (both sides) befo
 judged. The search stops when the doctor has nothing left to try, after ``MAX_TRIALS``
 trials, or when another run would not fit in the budget.
 
-Runs go through ``speedlab.run.sweep`` like any sweep, so each is stored and shown live as usual.
+Runs go through ``speedlab.run.sweep`` like any sweep, so each is stored and shown in the view
+given, as usual.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-import speedlab
-from speedlab.analysis.doctor import Finding, current_value, diagnose, diagnose_sweep, next_step
-from speedlab.results.compare import MIN_EFFECT, Comparison, compare
-from speedlab.results.run import RunResult, SweepResult
+from speedlab.analysis.compare import MIN_EFFECT, Comparison, compare
+from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.findings import Finding
+from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.results.run import RunResult
+from speedlab.results.sweep import SweepResult
+from speedlab.run.intercept import RunControls
 from speedlab.run.knobs import KnobError, as_list
+from speedlab.run.next_step import current_value, next_step
 from speedlab.run.sweep import merge_replicates, plan_sweep, run_sweep
+from speedlab.run.watch import LiveView
 
 MAX_TRIALS = 10
 """Most knob changes one autotune tries."""
@@ -43,16 +49,13 @@ class _Search:
         train_fn: Callable[[], Any],
         *,
         budget_s: float | None,
-        steps: int | None,
-        time: float | None,
-        warmup: int,
-        live: bool,
+        controls: RunControls,
+        view: LiveView | None,
         store: str | Path | bool | None,
         name: str,
     ) -> None:
-        self.train_fn, self.budget_s, self.warmup = train_fn, budget_s, warmup
-        self.steps, self.time = steps, time
-        self.live, self.store, self.name = live, store, name
+        self.train_fn, self.budget_s, self.controls = train_fn, budget_s, controls
+        self.view, self.store, self.name = view, store, name
         self.start = perf_counter()
         self.run_seconds: list[float] = []
 
@@ -65,14 +68,12 @@ class _Search:
         spec = plan_sweep(
             plain,
             trainer=trainer,
-            steps=self.steps,
-            time=self.time,
-            warmup=self.warmup,
+            controls=self.controls,
             repeat=repeat,
             name=f"{self.name}: {_label(knobs)}",
         )
         began = perf_counter()
-        sweep = run_sweep(self.train_fn, spec, live=self.live, store=self.store)
+        sweep = run_sweep(self.train_fn, spec, view=self.view, store=self.store)
         self.run_seconds.append((perf_counter() - began) / repeat)
         result = sweep.runs[-1]  # the cell's last fit is its training
         result.diagnosis = diagnose(result)
@@ -149,7 +150,7 @@ def autotune(
     start: Mapping[str, Any] | None = None,
     repeat: int = 1,
     warmup: int = 5,
-    live: bool = False,
+    view: LiveView | None = None,
     store: str | Path | bool | None = None,
     name: str = "autotune",
 ) -> SweepResult:
@@ -166,7 +167,8 @@ def autotune(
             None: the cell as written.
         repeat: runs per configuration (as ``--repeat``); close calls are repeated anyway.
         warmup: steps left out of the steady-state figures.
-        live: show the live view of each run.
+        view: the live view each run is shown in (``speedlab.autotune(live=True)`` gives the
+            front end's own); None shows nothing.
         store: the run store, as for ``profile_train``.
         name: label of the stored runs.
 
@@ -182,15 +184,9 @@ def autotune(
         result = speedlab.autotune(train, budget_s=120, steps=40)
         print("\\n".join(result.notes))
     """
+    controls = RunControls(steps=steps, time=time, warmup=warmup)
     search = _Search(
-        train_fn,
-        budget_s=budget_s,
-        steps=steps,
-        time=time,
-        warmup=warmup,
-        live=live,
-        store=store,
-        name=name,
+        train_fn, budget_s=budget_s, controls=controls, view=view, store=store, name=name
     )
     baseline = search.measure(start_knobs(start), repeat)
     path, notes = [baseline], [f"Baseline: {baseline.summary_line()}."]
@@ -257,5 +253,4 @@ def autotune(
     )
     sweep.notes = notes
     sweep.diagnosis = diagnose_sweep(sweep)
-    speedlab.last = sweep
     return sweep

@@ -24,18 +24,34 @@ from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.run.forking import check_fork, forked_rank_threads_note
-from speedlab.run.knobs import DATA_KNOBS, Knobs
+from speedlab.run.knobs import DATA_KNOBS, Knobs, check_number
 from speedlab.run.loaders import rebuild_loader, shutdown_loader
 from speedlab.run.preload import Preloaded, preload
 
 
 @dataclass(frozen=True)
 class RunControls:
-    """How long each run trains and what counts as warm-up (not knobs: they are not compared)."""
+    """How long each run trains and what counts as warm-up (not knobs: they are not compared).
+
+    Checked when built: a bad value raises ``KnobError`` naming the option (``--steps 0``).
+    """
 
     steps: int | None = None
     time: float | None = None
     warmup: int = 5
+
+    def __post_init__(self) -> None:
+        checked = {
+            "steps": None
+            if self.steps is None
+            else check_number("steps", self.steps, int, 1, "an integer >= 1"),
+            "time": None
+            if self.time is None
+            else check_number("time", self.time, float, 1e-9, "seconds > 0"),
+            "warmup": check_number("warmup", self.warmup, int, 0, "an integer >= 0"),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass

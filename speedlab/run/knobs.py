@@ -25,6 +25,17 @@ class KnobError(ValueError):
 ON_OFF = {"on": True, "off": False, "true": True, "false": False}
 
 
+def check_number(option: str, value: Any, kind: type, low: float, allowed: str) -> Any:
+    """``value`` as ``kind`` (int or float) when it is a number of that kind >= ``low``; else
+    a ``KnobError`` naming the option and ``allowed``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        ok = ok and float(value).is_integer()
+    if not ok or value < low:
+        raise KnobError(option, value, allowed)
+    return kind(value)
+
+
 def _choice(*values: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         text = str(value).lower()

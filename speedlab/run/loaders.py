@@ -11,7 +11,7 @@ import multiprocessing
 import sys
 from typing import TYPE_CHECKING, Any
 
-from speedlab.measure.system import usable_cores
+from speedlab.measure.machine import usable_cores
 from speedlab.run.knobs import KnobError, Knobs
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Sweeps: run a training function once per knob combination and collect comparable results.
 
-``profile_train`` is the Python API; ``%%profile_train`` builds the same ``SweepSpec`` from its
-options and calls the same ``run_sweep``. Every option is checked before anything runs, each
+``speedlab.profile_train`` and ``%%profile_train`` build a ``SweepSpec`` with ``plan_sweep`` and
+run it with ``run_sweep``, each with the live view of its front end. Every option is checked before anything runs, each
 run is stored as it ends, and an interrupt keeps what was measured so far.
 """
 
@@ -11,24 +11,25 @@ import hashlib
 import multiprocessing
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import speedlab
-from speedlab.analysis.doctor import diagnose, diagnose_sweep
+from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.scaling import scaling_notes
-from speedlab.notebook.live import LiveView, choose_view
-from speedlab.results.run import RunResult, SweepResult
+from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.results.store import RunStore
+from speedlab.results.sweep import SweepResult
 from speedlab.run.forking import describe_rank_failure
 from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import KNOBS, KnobError, Knobs, as_list, sweep_plan
+from speedlab.run.knobs import KNOBS, KnobError, Knobs, as_list, check_number, sweep_plan
+from speedlab.run.watch import LiveView
 
-_PACKAGE_DIR = str(Path(speedlab.__file__).parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _REAP_TIMEOUT_S = 5.0
 
 
@@ -42,39 +43,26 @@ class SweepSpec:
     name: str | None = None
 
 
-def _check_number(option: str, value: Any, kind: type, low: float, allowed: str) -> Any:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        ok = ok and float(value).is_integer()
-    if not ok or value < low:
-        raise KnobError(option, value, allowed)
-    return kind(value)
-
-
 def plan_sweep(
     knobs: Mapping[str, Any],
     *,
     trainer: Mapping[str, Any] | None = None,
-    steps: int | None = None,
-    time: float | None = None,
-    warmup: int = 5,
+    controls: RunControls | None = None,
     repeat: int = 1,
     name: str | None = None,
 ) -> SweepSpec:
-    """Check every option and build the cartesian product of the knob lists (baseline first)."""
+    """Check every option and build the cartesian product of the knob lists (baseline first).
+
+    ``controls`` (checked when built) say how long each run trains; default: as the cell says.
+    """
     unknown = set(knobs) - set(KNOBS)
     if unknown:
         bad = sorted(unknown)[0]
         raise KnobError(bad.replace("_", "-"), knobs[bad], "a known knob: " + ", ".join(KNOBS))
     given = {k: as_list(v) for k, v in knobs.items() if v is not None}
     extra = {k: as_list(v) for k, v in (trainer or {}).items()}
-    controls = RunControls(
-        steps=None if steps is None else _check_number("steps", steps, int, 1, "an integer >= 1"),
-        time=None if time is None else _check_number("time", time, float, 1e-9, "seconds > 0"),
-        warmup=_check_number("warmup", warmup, int, 0, "an integer >= 0"),
-    )
-    repeat = _check_number("repeat", repeat, int, 1, "an integer >= 1")
-    return SweepSpec(sweep_plan(given, extra), controls, repeat, name)
+    repeat = check_number("repeat", repeat, int, 1, "an integer >= 1")
+    return SweepSpec(sweep_plan(given, extra), controls or RunControls(), repeat, name)
 
 
 def user_traceback(tb: TracebackType | None) -> TracebackType | None:
@@ -204,14 +192,17 @@ def run_sweep(
     train_fn: Callable[[], Any],
     spec: SweepSpec,
     *,
-    live: bool = True,
+    view: LiveView | None = None,
     store: str | Path | bool | None = None,
     source: str | None = None,
     show_error: Callable[[BaseException], None] = print_user_traceback,
-    view: LiveView | None = None,
 ) -> SweepResult:
-    """Run every combination ``spec.repeat`` times; store each run as it ends."""
-    from speedlab.measure.system import system_info
+    """Run every combination ``spec.repeat`` times; store each run as it ends.
+
+    ``view`` is told of each run (a ``LiveView`` shows nothing); ``store`` is the run store's
+    path, ``None`` for the default, ``False`` for none.
+    """
+    from speedlab.measure.machine import system_info
 
     run_store = None if store is False else RunStore(None if store in (None, True) else store)
     sweep_id = None
@@ -219,7 +210,7 @@ def run_sweep(
         sweep_id = run_store.new_sweep(
             name=spec.name, cell_hash=cell_hash(source), env=system_info()
         )
-    view = view or choose_view(live)
+    view = view or LiveView()
     runs: list[RunResult] = []
     shown: set[str] = set()
     position = 0
@@ -257,7 +248,6 @@ def run_sweep(
             f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept."
         )
     view.end_sweep(sweep)
-    speedlab.last = sweep
     return sweep
 
 
@@ -267,74 +257,3 @@ def _merge_by_fit(replicates: list[RunResult]) -> list[RunResult]:
     for result in replicates:
         groups.setdefault(result.knobs.get("fit"), []).append(result)
     return [merge_replicates(group) for group in groups.values()]
-
-
-def profile_train(
-    train_fn: Callable[[], Any],
-    *,
-    precision: str | Iterable[str] | None = None,
-    compile: str | bool | Iterable[str | bool] | None = None,
-    workers: int | str | Iterable[int | str] | None = None,
-    pin_memory: bool | Iterable[bool] | None = None,
-    persistent_workers: bool | Iterable[bool] | None = None,
-    matmul: str | Iterable[str] | None = None,
-    preload: str | Iterable[str] | None = None,
-    batch_size: int | Iterable[int] | None = None,
-    devices: int | Iterable[int] | None = None,
-    strategy: str | Iterable[str] | None = None,
-    trainer: Mapping[str, Any] | None = None,
-    steps: int | None = None,
-    time: float | None = None,
-    warmup: int = 5,
-    repeat: int = 1,
-    name: str | None = None,
-    live: bool = True,
-    store: str | Path | bool | None = None,
-) -> SweepResult:
-    """Profile ordinary Lightning training under each combination of knob values.
-
-    Args:
-        train_fn: a zero-argument callable that builds a Trainer and calls ``fit``.
-        precision, compile, workers, pin_memory, persistent_workers, matmul, preload,
-            batch_size, devices, strategy: a value or a list of values per knob; the runs are
-            the cartesian product, the first combination is the baseline. ``None`` keeps the
-            code's own setting.
-        trainer: other Trainer arguments, each a value or a list of values.
-        steps: stop each run after this many training steps.
-        time: stop each run after this many seconds.
-        warmup: steps left out of the steady-state figures (default 5).
-        repeat: run each combination this many times; figures are medians.
-        name: a label stored with the sweep.
-        live: show a live view while training.
-        store: the run store path; ``None`` for the default (``$SPEEDLAB_STORE`` or
-            ``.speedlab/runs.sqlite``), ``False`` to store nothing.
-
-    Example::
-
-        result = speedlab.profile_train(train, workers=[0, 2], steps=40)
-        print(result.table())
-    """
-    if not callable(train_fn):
-        raise TypeError(f"profile_train(train_fn={train_fn!r}): expected a zero-argument callable.")
-    knob_values = {
-        "precision": precision,
-        "compile": compile,
-        "workers": workers,
-        "pin_memory": pin_memory,
-        "persistent_workers": persistent_workers,
-        "matmul": matmul,
-        "preload": preload,
-        "batch_size": batch_size,
-        "devices": devices,
-        "strategy": strategy,
-    }
-    spec = plan_sweep(
-        knob_values,
-        trainer=trainer,
-        steps=steps,
-        time=time,
-        warmup=warmup,
-        repeat=repeat,
-        name=name,
-    )
-    return run_sweep(train_fn, spec, live=live, store=store)

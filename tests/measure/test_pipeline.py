@@ -13,11 +13,11 @@ from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, SequentialSampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory
 
+from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel, known_cost_loader
 from speedlab.measure.pipeline import PIPELINE_KEYS, Stamped, StampedDataLoader
 from speedlab.notebook.plots import epoch_starts, main_spans, overlap, worker_spans
 from speedlab.results.run import RunResult
-from speedlab.run.sweep import profile_train
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 

@@ -39,7 +39,7 @@ QUIET_CORES = 0.3  # other processes' CPU during a timing test above this: it ca
 
 def skip_if_shared(result) -> None:
     """Known answers need the machine to ourselves: wall-clock costs stretch when others run."""
-    from speedlab.results.compare import other_processes_cores
+    from speedlab.analysis.compare import other_processes_cores
 
     others = other_processes_cores(result)
     if others > QUIET_CORES:

@@ -21,8 +21,8 @@ import pytest
 
 from speedlab.analysis.ranks import rank_findings
 from speedlab.analysis.scaling import scaling
+from speedlab.measure.machine import usable_cores
 from speedlab.measure.ranks import job_result, slowest_rank
-from speedlab.measure.system import usable_cores
 from speedlab.results.run import RunResult
 from speedlab.run.forking import CudaBeforeForkError, check_fork
 

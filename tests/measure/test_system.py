@@ -21,15 +21,14 @@ import psutil
 import pytest
 
 import speedlab.measure.system
-from speedlab.measure.system import (
-    SystemSampler,
-    SystemSummary,
+from speedlab.measure.machine import (
     cgroup_limits,
     format_bytes,
     format_system_info,
     system_info,
     visible_gpus,
 )
+from speedlab.measure.system import SystemSampler, SystemSummary
 
 FORK = multiprocessing.get_context("fork")
 REPO = Path(speedlab.measure.system.__file__).resolve().parents[2]
@@ -246,7 +245,8 @@ def test_torch_threads_are_read_once_torch_is_imported() -> None:
 def test_nothing_imports_torch() -> None:
     code = """
         import json, sys
-        from speedlab.measure.system import SystemSampler, system_info
+        from speedlab.measure.machine import system_info
+        from speedlab.measure.system import SystemSampler
         info = system_info()
         with SystemSampler() as sampler:
             pass

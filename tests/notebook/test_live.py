@@ -1,4 +1,4 @@
-"""Live views: snapshots from records, the terminal line on a real TTY, notebook frames of real runs."""
+"""Live views: the terminal line on a real TTY, notebook frames of real runs, the chart."""
 
 from __future__ import annotations
 
@@ -12,79 +12,15 @@ import lightning.pytorch as pl
 import pytest
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
-from speedlab.measure.system import SystemSample
 from speedlab.notebook import live
-from speedlab.notebook.live import (
-    WINDOW,
-    LiveView,
-    NotebookView,
-    TerminalView,
-    choose_view,
-    planned_steps,
-    progress_line,
-    snapshot,
-)
+from speedlab.notebook.live import NotebookView, TerminalView, choose_view, progress_line
 from speedlab.notebook.livechart import bars_svg, live_html
-from speedlab.results.run import empty_records
+from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import plan_sweep, run_sweep
+from speedlab.run.watch import REFRESH_PER_SECOND, WINDOW, LiveView, snapshot
+from tests.records import records_of, sample
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
-
-
-def records_of(steps: int, data_s: float = 0.002, batch_s: float = 0.008, samples: int = 8) -> dict:
-    records = empty_records()
-    for i in range(steps):
-        records["t"].append(i * (data_s + batch_s))
-        records["data_time"].append(data_s)
-        records["batch_time"].append(batch_s)
-        records["wall"].append(data_s + batch_s)
-        records["samples"].append(samples)
-        records["phase"].append("warmup" if i < 5 else "steady")
-        records["epoch"].append(0)
-    return records
-
-
-def sample(cpu: float | None, rss: int, workers: int) -> SystemSample:
-    return SystemSample(
-        t=0.0,
-        cpu_percent=cpu,
-        cpu_percent_per_core=None,
-        iowait_percent=None,
-        main_cpu_percent=None,
-        workers_cpu_percent=None,
-        rss_bytes=rss,
-        workers=workers,
-        shm_used_bytes=None,
-        torch_threads=None,
-        gpu_util_percent=None,
-        gpu_mem_bytes=None,
-    )
-
-
-def test_snapshot_figures_progress_and_eta() -> None:
-    s = snapshot(records_of(150), total_steps=200, elapsed=3.0, system=sample(87.0, 812_000_000, 2))
-    assert s.steps == 150 and s.phase == "steady"
-    assert s.samples_per_s == pytest.approx(8 / 0.010)
-    assert (s.data_time, s.batch_time) == (0.002, 0.008)
-    assert s.eta == pytest.approx(50 * 0.010)
-    assert len(s.data_window) == WINDOW and s.first_step == 150 - WINDOW + 1
-    assert (s.cpu_percent, s.rss_bytes, s.workers) == (87.0, 812_000_000, 2)
-
-
-def test_snapshot_before_the_first_step_and_under_a_time_limit() -> None:
-    s = snapshot(empty_records(), total_steps=None, elapsed=1.0, time_limit=10.0, phase="preload")
-    assert (s.steps, s.phase, s.eta, s.data_window) == (0, "preload", 9.0, ())
-    assert s.samples_per_s != s.samples_per_s  # NaN: nothing measured yet
-    capped = snapshot(records_of(10), total_steps=10_000, elapsed=4.0, time_limit=5.0)
-    assert capped.eta == pytest.approx(1.0)
-
-
-def test_planned_steps_from_the_trainers_limits() -> None:
-    assert planned_steps(pl.Trainer(max_steps=50, accumulate_grad_batches=2, **QUIET)) == 100
-    assert planned_steps(pl.Trainer(max_epochs=3, **QUIET)) is None  # batches per epoch unknown yet
-    trainer = pl.Trainer(max_epochs=2, **QUIET)
-    trainer.fit(KnownCostModel(step_s=0.0), known_cost_loader(n=40, batch_size=8))
-    assert planned_steps(trainer) == 10
 
 
 def test_chart_is_labelled_and_clips_a_spike() -> None:
@@ -133,7 +69,12 @@ def known_cost_sweep(view: LiveView, workers: list[int], steps: int = 60):
         loader = known_cost_loader(n=8 * 1000, batch_size=8)
         pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=0.012), loader)
 
-    return run_sweep(train, plan_sweep({"workers": workers}, steps=steps), view=view, store=False)
+    return run_sweep(
+        train,
+        plan_sweep({"workers": workers}, controls=RunControls(steps=steps)),
+        view=view,
+        store=False,
+    )
 
 
 def test_terminal_view_on_a_log_file_writes_summaries_only(tmp_path) -> None:
@@ -169,7 +110,7 @@ def test_notebook_view_draws_a_few_frames_a_second_and_keeps_each_run() -> None:
         steps = [int(re.search(r'data-step="(\d+)"', html).group(1)) for _, html in frames]
         assert len(frames) >= 3 and steps == sorted(steps) and steps[-1] == run.steps
         gaps = [b[0] - a[0] for a, b in pairwise(frames[:-1])]
-        assert min(gaps) >= 0.9 / live.REFRESH_PER_SECOND  # throttled (the last frame is forced)
+        assert min(gaps) >= 0.9 / REFRESH_PER_SECOND  # throttled (the last frame is forced)
         final = output.bundles[-1][1]
         assert "speedlab-run" in final["text/html"] and run.summary_line() in final["text/plain"]
         assert "data:image/png;base64" in final["text/html"]  # the pipeline timeline

@@ -8,6 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import speedlab
+from speedlab.notebook import session
 
 SETUP = """
 import os, signal
@@ -174,7 +175,7 @@ def test_autotune_refuses_a_list_of_values_before_training(shell) -> None:
 
 
 def test_doctor_prints_the_findings_and_the_line_to_run_next(shell, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(speedlab, "last", None)
+    monkeypatch.setattr(session, "last", None)
     with pytest.raises(UsageError, match="nothing profiled yet"):
         shell.run_line_magic("speedlab", "doctor")
     shell.run_cell_magic("profile_train", "--steps 12 --no-live", KNOWN_COST_CELL)

@@ -16,7 +16,8 @@ from speedlab.notebook.plots import (
     timeline_figure,
     worker_spans,
 )
-from speedlab.results.run import RunResult, SweepResult, empty_records
+from speedlab.results.run import RunResult, empty_records
+from speedlab.results.sweep import SweepResult
 
 
 def steady_run(

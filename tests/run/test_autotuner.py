@@ -10,13 +10,14 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.doctor import Finding
+from speedlab.analysis.compare import Comparison
+from speedlab.analysis.findings import Finding
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.labs.known_cost import exact_sleep
-from speedlab.measure.system import usable_cores
-from speedlab.results.compare import Comparison
-from speedlab.results.run import RunResult, SweepResult
+from speedlab.measure.machine import usable_cores
+from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
+from speedlab.results.sweep import SweepResult
 from speedlab.run.autotuner import autotune, keeps, start_knobs
 from speedlab.run.knobs import KnobError
 
@@ -31,7 +32,7 @@ def slow_reads() -> None:
 
 @pytest.fixture(scope="module")
 def tuned() -> SweepResult:
-    return autotune(slow_reads, budget_s=60, steps=25, store=False)
+    return speedlab.autotune(slow_reads, budget_s=60, steps=25, store=False)
 
 
 def test_it_starts_from_the_cells_own_settings_and_changes_one_knob_at_a_time(

@@ -82,7 +82,7 @@ def test_workers_auto_resolves_from_cores() -> None:
     new = rebuild_loader(
         DataLoader(dataset), Knobs(workers="auto"), dataset=dataset, devices=1, notes=notes
     )
-    from speedlab.measure.system import usable_cores
+    from speedlab.measure.machine import usable_cores
 
     assert new.num_workers == max(0, usable_cores() - 1)
     assert "workers=auto resolved to" in notes[0]

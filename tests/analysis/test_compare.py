@@ -1,4 +1,4 @@
-"""speedlab.results.compare: real runs that differ only by noise, and by a real 2x.
+"""speedlab.analysis.compare: real runs that differ only by noise, and by a real 2x.
 
 The known-cost workload busy-waits a set time per step, so a batch twice as large is twice the
 samples per second, while two runs of one configuration differ only by the machine's noise.
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.doctor import diagnose_sweep
+from speedlab.analysis.compare import compare
+from speedlab.analysis.verdict import diagnose_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
-from speedlab.results.compare import compare
-from speedlab.results.run import SweepResult
+from speedlab.results.sweep import SweepResult
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from speedlab.measure.system import usable_cores
+from speedlab.measure.machine import usable_cores
 from speedlab.results.run import RunResult
 from speedlab.results.stats import Summary
 

@@ -1,0 +1,276 @@
+"""The doctor's rules on waiting for data: data-bound runs split into I/O-bound (the loaders
+wait for storage) and CPU-bound (decoding and augmenting keep them busy), the hand-over of
+batches from workers that keep up, and workers oversubscribing the cores.
+
+The split rests on how busy the loading processes were (``loader_busy``), so the rules, their
+thresholds and the figures they read live together here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from speedlab.analysis.compare import other_processes_cores, run_cores
+from speedlab.analysis.findings import Finding, torch_threads
+from speedlab.results.run import RunResult
+from speedlab.results.table import fmt_ms
+
+DATA_SHARE_WARN = 0.10
+"""data_time over step_time from which a run is data-bound (a warning)."""
+DATA_SHARE_CRITICAL = 0.20
+"""data share from which data-bound is critical: a fifth of every step waits for data."""
+LOADER_BUSY_MIN = 0.5
+"""CPU each loading process keeps busy (in cores, see ``loader_busy``) below which a data-bound
+run is I/O-bound (the loaders mostly wait) rather than CPU-bound (decoding and augmenting keep
+them busy)."""
+CONTENDED_CORES = 0.5
+"""CPU (in cores) other processes must use during a run before the evidence says the machine
+was shared: the run's CPU figures then understate what its processes wanted, and the I/O-vs-CPU
+split is less certain."""
+WORKERS_KEEP_UP = 0.5
+"""Share of their time the workers spend making batches (from their stamps) below which they
+keep up: a data wait is then the hand-over of batches to the main process, not the loading."""
+IOWAIT_NOTABLE = 5.0
+"""Machine iowait percent worth naming in the evidence (real disks; a simulated throttle sleeps
+and shows none)."""
+
+
+def workers_making(run: RunResult) -> float | None:
+    """Share of their time the workers spent making batches (their stamps), or None."""
+    stamps = run.records.get("pipeline") or {}
+    batches: dict[int, list[tuple[float, float]]] = {}
+    for worker, start, end in zip(
+        stamps.get("worker", []), stamps.get("start", []), stamps.get("end", []), strict=False
+    ):
+        batches.setdefault(worker, []).append((start, end))
+    shares = []
+    for made in batches.values():
+        lived = max(end for _, end in made) - min(start for start, _ in made)
+        if lived > 0:
+            shares.append(sum(end - start for start, end in made) / lived)
+    return statistics.fmean(shares) if shares else None
+
+
+def loader_busy(run: RunResult) -> float | None:
+    """The CPU each data-loading process kept busy, in cores (0-1); None without CPU figures.
+
+    With workers: their measured CPU over the cores they could use (a worker runs one torch
+    thread), per second spent making batches when their stamps say how long that was. Without
+    workers the main process loads between steps, in the training thread: where the sampler
+    measured that thread's CPU, loading is what it used beyond the compute part of the step.
+    Otherwise the process's CPU is split by a model: on a CPU, the step computes on torch's
+    threads (``torch_threads``, at most the cores), and while the main thread loads or waits,
+    torch's other threads are taken to spin (OpenMP waits actively for a while), so they count
+    as busy; loading's share is what is left. On a GPU the step keeps one core busy. All three
+    assume the run had the cores to itself: when other processes take CPU, the main process
+    gets less and loading looks idler than it was.
+    """
+    s = run.system
+    if s.get("main_cpu_percent") is None:
+        return None
+    cores, workers = run_cores(run), run.loader_workers()
+    if workers > 0:
+        cpu = s["workers_cpu_percent"] / 100 / min(workers, cores)
+        making = workers_making(run)
+        return min(cpu / making if making else cpu, 1.0)
+    share = waiting_share(run)
+    if not share > 0:
+        return None
+    thread = s.get("train_thread_cpu_percent")
+    if thread is not None:
+        # The training thread is busy all through the compute part of the step; what it
+        # used beyond that went to loading.
+        return min(max((thread / 100 - (1 - share)) / share, 0.0), 1.0)
+    main = s["main_cpu_percent"] / 100
+    if run.device == "cpu":
+        threads = min(torch_threads(run), cores)
+        loading = main - (1 - share) * threads - share * (threads - 1)
+    else:
+        loading = main - (1 - share)
+    return min(max(loading / share, 0.0), 1.0)
+
+
+def waiting_share(run: RunResult) -> float:
+    """The share of the steady steps' time spent waiting for data: ``data_share`` (medians),
+    or the share of the summed times where that is larger. Workers that cannot keep up hand
+    over their batches in bursts: the median step may not wait at all while the run waits
+    a third of its time."""
+    data, batch = run.steady_total("data_time"), run.steady_total("batch_time")
+    share = run.data_share
+    if math.isnan(share) or data + batch <= 0:
+        return share
+    return max(share, data / (data + batch))
+
+
+def _bursty(run: RunResult, share: float) -> bool:
+    """Whether the waits come in bursts: the waiting ``share`` well above the median step's."""
+    return share > run.data_share + DATA_SHARE_WARN / 2
+
+
+def data_bound(run: RunResult) -> list[Finding]:
+    share = waiting_share(run)
+    if not share >= DATA_SHARE_WARN:
+        return []
+    severity = "critical" if share >= DATA_SHARE_CRITICAL else "warn"
+    workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
+    head = (
+        f"Each step waits {fmt_ms(run.data_time)} for data and computes {fmt_ms(run.batch_time)}: "
+        f"data is {share:.0%} of the step."
+    )
+    if _bursty(run, share):
+        mean = run.steady_total("data_time") / run.records["phase"].count("steady")
+        head = (
+            f"Steps wait {fmt_ms(mean)} for data on average, in bursts (the median step waits "
+            f"{fmt_ms(run.data_time)}), and compute {fmt_ms(run.batch_time)}: data is {share:.0%} of "
+            "the time."
+        )
+    busy = loader_busy(run)
+    if busy is None:
+        return [
+            Finding(
+                "cpu_bound",
+                head + " No CPU figures were sampled, so I/O and CPU cannot be told apart.",
+                "Try DataLoader workers and --preload ram "
+                "(%speedlab explain workers says when each helps).",
+                "workers",
+                severity,
+                max(1, cores - threads),
+            )
+        ]
+    making = workers_making(run) if workers else None
+    if making is not None and making < WORKERS_KEEP_UP:
+        return [_handover(run, head, making, severity)]
+    if workers:
+        who = (
+            f"The {workers} worker(s) used {run.system['workers_cpu_percent']:.0f}% of a core "
+            "together"
+            + (f" while making batches {making:.0%} of the time" if making is not None else "")
+            + f": each kept about {busy:.0%} of a core busy"
+        )
+    elif run.system.get("train_thread_cpu_percent") is not None:
+        who = (
+            "Loading runs in the training thread (workers=0), which was busy "
+            f"{run.system['train_thread_cpu_percent']:.0f}% of the time: loading kept it busy "
+            f"about {busy:.0%} of its data wait"
+        )
+    else:
+        who = (
+            f"Loading runs in the main process (workers=0), which used "
+            f"{run.system['main_cpu_percent']:.0f}% of a core with torch's {threads} thread(s); "
+            f"loading kept it busy about {busy:.0%} of its data wait"
+        )
+    iowait = run.system.get("iowait_percent")
+    who += (
+        f"; the machine's iowait was {iowait:.0f}%." if iowait and iowait >= IOWAIT_NOTABLE else "."
+    )
+    others = other_processes_cores(run)
+    if others >= CONTENDED_CORES:
+        who += (
+            f" Other processes used about {others:.1f} of the machine's "
+            f"{run.system.get('cores')} cores meanwhile: this run's figures are slower than on a "
+            "quiet machine, and loading may have waited for CPU rather than for data."
+        )
+    preload = run.knobs.get("preload")
+    if preload in ("ram", "shm"):
+        who += (
+            f" With preload={preload} the data is read from memory, so the wait is CPU work "
+            "(decoding or the per-step transform, and the hand-over), not storage."
+        )
+    elif busy < LOADER_BUSY_MIN:
+        return [_io_bound(run, head + " " + who, severity)]
+    return [_cpu_bound(run, head + " " + who, severity)]
+
+
+def _handover(run: RunResult, head: str, making: float, severity: str) -> Finding:
+    evidence = (
+        f"{head} The {run.loader_workers()} worker(s) spent only {making:.0%} of their time making "
+        "batches: they keep up, and the wait is the hand-over, the main process receiving each "
+        "batch from a worker (through shared memory)."
+    )
+    advice = (
+        "More workers will not shorten it. The hand-over costs per byte: smaller batches in "
+        "memory (uint8 images, normalised on the device) shrink it; --workers 0 avoids it when "
+        "loading itself is cheap (compare both)."
+    )
+    return Finding("cpu_bound", evidence, advice, None, severity)
+
+
+def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
+    workers, cores = run.loader_workers(), run_cores(run)
+    if workers == 0:
+        advice = (
+            "The loader waits for storage, not for the CPU. DataLoader workers keep several reads "
+            "in flight while the model trains, and waiting workers cost almost no CPU, so they "
+            "help even on a few cores. If the data fits in memory, --preload ram reads it once "
+            "before training and removes the reads from every step."
+        )
+        return Finding("io_bound", evidence, advice, "workers", severity, max(2, cores))
+    advice = (
+        f"{workers} worker(s) already wait in parallel and the step still waits. "
+        "--preload ram reads every file once, before training (the preload phase), if the "
+        "data fits in memory; otherwise more workers put more reads in flight."
+    )
+    return Finding("io_bound", evidence, advice, "preload", severity, "ram")
+
+
+def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
+    workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
+    spare = cores - threads - workers
+    preload = run.knobs.get("preload", "off")
+    tight = (
+        f"This machine has {cores} cores and torch computes on {threads} thread(s) "
+        f"(torch.get_num_threads()), so "
+        + (
+            "workers would take CPU from the model. "
+            if spare <= 0
+            else f"{spare} core(s) are free. "
+        )
+    )
+    if preload in (None, "off"):
+        advice = (
+            "Decoding and augmenting keep the loader's CPU busy. "
+            + tight
+            + "--preload ram decodes every sample once, before training (augmentation still runs "
+            "each step); DataLoader workers (--workers N) decode in parallel and pay off when "
+            "cores are free."
+        )
+        if spare > 0:
+            return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
+        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
+    advice = (
+        "The samples are already preloaded; what is left is the per-step transform "
+        "(augmentation, collation). " + tight
+    )
+    if spare > 0:
+        advice += f"Workers can run it beside the model: --workers {workers + spare}."
+        return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
+    advice += "No knob frees CPU here: a lighter transform, or augmenting on the GPU, would."
+    return Finding("cpu_bound", evidence, advice, None, severity)
+
+
+def oversubscribed(run: RunResult) -> list[Finding]:
+    workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
+    if workers == 0 or workers + threads <= cores or _waits_on_storage(run):
+        return []
+    severity = "critical" if workers + threads >= 2 * cores else "warn"
+    fewer = max(0, cores - threads)
+    fewer = fewer if fewer < workers else workers - 1
+    used = run.system.get("workers_cpu_percent", 0.0) / 100
+    evidence = (
+        f"{workers} worker(s) + {threads} torch thread(s) (torch.get_num_threads()) = "
+        f"{workers + threads} threads on {cores} cores; the workers used {used:.2f} cores and "
+        f"batch_time is {fmt_ms(run.batch_time)}."
+    )
+    advice = (
+        "Each time a worker runs it takes a core from one of torch's threads, and those wait "
+        "for each other at every operation: batch_time grows as workers are added, even when "
+        "they do little. Use fewer workers (with 0, loading runs between steps), or give torch "
+        f"fewer threads: torch.set_num_threads({max(1, cores - workers)}) at the top of the cell."
+    )
+    return [Finding("oversubscribed", evidence, advice, "workers", severity, fewer)]
+
+
+def _waits_on_storage(run: RunResult) -> bool:
+    """Whether the run is I/O-bound: its loaders mostly wait, so they take no cores."""
+    return any(f.kind == "io_bound" for f in data_bound(run))

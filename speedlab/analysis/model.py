@@ -1,0 +1,99 @@
+"""The doctor's rules on the step itself: per-step overhead (steps too short for the
+framework's fixed work) and model-bound runs (the compute is the whole step), with what the
+hardware the run measured can do about it."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from speedlab.analysis.data import waiting_share
+from speedlab.analysis.findings import Finding, batch_size
+from speedlab.results.run import RunResult
+from speedlab.results.table import fmt_ms
+
+MODEL_BOUND_DATA_SHARE = 0.05
+"""data share below which the model's compute is the whole step."""
+OVERHEAD_STEP_S = 0.008
+"""Median step time below which per-step overhead dominates. Lightning's fixed work per step
+(hooks, logging, optimizer bookkeeping, zero_grad) and kernel launches cost about 1-3 ms, so
+a step under 8 ms spends a large part of its time on them."""
+OVERHEAD_STEP_CRITICAL_S = 0.004
+"""Median step time below which overhead is most of the step (critical)."""
+BATCH_SIZE_FACTOR = 4
+"""How much larger a batch the doctor suggests for an overhead-bound run."""
+
+
+@cache
+def cpu_has_bf16() -> bool | None:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX); None where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def overhead_bound(run: RunResult) -> list[Finding]:
+    step = run.step_time
+    if not step < OVERHEAD_STEP_S:
+        return []
+    batch = batch_size(run)
+    severity = "critical" if step < OVERHEAD_STEP_CRITICAL_S else "warn"
+    evidence = (
+        f"A step takes {fmt_ms(step)} for {batch} samples (data {fmt_ms(run.data_time)}, batch "
+        f"{fmt_ms(run.batch_time)}); the framework's fixed work per step (hooks, logging, optimizer "
+        "bookkeeping, kernel launches) is about 1-3 ms, so much of each step is overhead."
+    )
+    advice = (
+        "A larger batch spreads that fixed cost over more samples, so samples/s rises until the "
+        "hardware is busy. It changes the optimisation too: compare samples/s, and scale the "
+        "learning rate if the loss suffers."
+    )
+    return [
+        Finding(
+            "overhead_bound", evidence, advice, "batch_size", severity, BATCH_SIZE_FACTOR * batch
+        )
+    ]
+
+
+def model_bound(run: RunResult) -> list[Finding]:
+    if not waiting_share(run) < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
+        return []
+    evidence = (
+        f"Data is {run.data_share:.0%} of the step: the model's compute ({fmt_ms(run.batch_time)} "
+        "per step) is the bottleneck."
+    )
+    k = run.knobs
+    compiled = k.get("compile") not in (None, "off") or run.phases.get("compile", 0) > 0
+    if run.device != "cpu":
+        advice = (
+            "Speed up the compute: mixed precision (--precision amp) uses the tensor cores, "
+            "--compile on fuses kernels, --matmul high allows TF32 on Ampere and newer."
+        )
+        if k.get("precision") in (None, "32-true", "64-true"):
+            return [Finding("model_bound", evidence, advice, "precision", "info", "amp")]
+        if not compiled:
+            return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
+        return [Finding("model_bound", evidence, advice, "matmul", "info", "high")]
+    bf16 = cpu_has_bf16()
+    advice = (
+        "On this CPU: --matmul changes nothing (TF32 needs an NVIDIA GPU); "
+        + (
+            "this CPU has bf16 instructions, so --precision bf16-mixed may help. "
+            if bf16
+            else "it has no bf16 instructions (AVX512-BF16/AMX), so bf16-mixed is usually slower. "
+        )
+        + "--compile on can trim some time per step but costs tens of seconds of compiling first "
+        "(compile_payback in a sweep with --compile off,on says when it pays). Beyond that: a "
+        "smaller model or a GPU."
+    )
+    if bf16 and k.get("precision") in (None, "32-true"):
+        return [Finding("model_bound", evidence, advice, "precision", "info", "bf16-mixed")]
+    if not compiled:
+        return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
+    return [Finding("model_bound", evidence, advice, None, "info")]

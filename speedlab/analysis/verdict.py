@@ -1,0 +1,111 @@
+"""The doctor on a whole sweep: the verdict (the best run, and which single-knob changes
+helped beyond noise), what only a sweep shows (compile payback, workers slowing the model),
+and what still limits the best run."""
+
+from __future__ import annotations
+
+import math
+
+from speedlab.analysis.compare import compare, run_cores
+from speedlab.analysis.compile import compile_payback
+from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.findings import (
+    Finding,
+    differs,
+    in_doctors_order,
+    torch_threads,
+    unique_findings,
+)
+from speedlab.analysis.traps import notebook_traps
+from speedlab.results.run import RunResult
+from speedlab.results.sweep import SweepResult
+from speedlab.results.table import fmt_ms
+
+BATCH_TIME_GROWTH = 0.20
+"""Growth of batch_time between the fewest and the most workers of a sweep that shows the
+workers taking cores from the model."""
+
+
+def _verdict(sweep: SweepResult) -> Finding:
+    base, best = sweep.baseline, sweep.best
+    if best is None:
+        return Finding(
+            "verdict",
+            "Every run failed; nothing was measured.",
+            "See the errors in the table.",
+            severity="critical",
+        )
+    helped, flat, hurt = [], [], []
+    for run in sweep.runs[1:]:
+        if not run.ok or len(differs(base.knobs, run.knobs)) != 1:
+            continue
+        c = compare(base, run)
+        text = f"{run.label(base)} {c.speedup:.2f}x"
+        (helped if c.verdict == "faster" else hurt if c.verdict == "slower" else flat).append(text)
+    effects = "".join(
+        f" {title}: {', '.join(items)}."
+        for title, items in (("Helped", helped), ("Within noise", flat), ("Slower", hurt))
+        if items
+    )
+    c = compare(base, best)
+    if best is base or c.verdict != "faster":
+        return Finding(
+            "verdict",
+            f"No run beat the baseline beyond noise (fastest: {best.label(base)}, {c})." + effects,
+            "Keep the baseline configuration; the findings below say what limits it.",
+            severity="info",
+        )
+    return Finding(
+        "verdict",
+        f"Best: {best.label(base)} at {best.samples_per_s:.1f} samples/s, {c}." + effects,
+        f"Keep {best.label(base)}.",
+        severity="info",
+    )
+
+
+def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
+    """batch_time growing with workers, among runs that differ only in workers."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in sweep.runs:
+        if run.ok and isinstance(run.knobs.get("workers"), int) and math.isfinite(run.batch_time):
+            rest = {k: v for k, v in run.knobs.items() if k not in ("workers", "fit")}
+            groups.setdefault(repr(sorted(rest.items())), []).append(run)
+    findings = []
+    for runs in groups.values():
+        runs = sorted(runs, key=lambda r: r.knobs["workers"])
+        few, many = runs[0], runs[-1]
+        cores, threads = run_cores(many), torch_threads(many)
+        grew = many.batch_time / few.batch_time - 1 if few.batch_time > 0 else 0.0
+        w_few, w_many = few.knobs["workers"], many.knobs["workers"]
+        if w_many == w_few or w_many + threads <= cores or grew < BATCH_TIME_GROWTH:
+            continue
+        evidence = (
+            f"batch_time grows from {fmt_ms(few.batch_time)} with workers={w_few} to "
+            f"{fmt_ms(many.batch_time)} with workers={w_many} (+{grew:.0%}): {w_many} worker(s) + "
+            f"{threads} torch thread(s) share {cores} cores."
+        )
+        advice = (
+            "The workers take cores from the model's compute. Keep the workers that pay off "
+            "overall (see samples/s) or give torch fewer threads: "
+            f"torch.set_num_threads({max(1, cores - w_many)})."
+        )
+        findings.append(
+            Finding("oversubscribed", evidence, advice, "workers", "warn", max(1, cores - threads))
+        )
+    return findings
+
+
+def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
+    """The sweep's verdict, what only a sweep shows, and what still limits its best run.
+
+    First the ``verdict`` (best run, which single-knob changes helped beyond noise), then
+    compile payback and workers slowing the model, notebook traps of failed runs, and the best
+    run's own findings.
+    """
+    findings = compile_payback(sweep) + _workers_slow_the_model(sweep)
+    for run in sweep.runs:
+        if not run.ok:
+            findings += notebook_traps(run)
+    if sweep.best is not None:
+        findings += diagnose(sweep.best)
+    return [_verdict(sweep), *in_doctors_order(unique_findings(findings))]

@@ -1,0 +1,100 @@
+"""The Python API: ``profile_train`` and ``autotune``, the same engine as ``%%profile_train``.
+
+They check every option, run through speedlab.run with the live view of this front end (a
+terminal line, or a chart in a notebook) and keep the result as ``speedlab.last``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from speedlab.notebook.live import choose_view
+from speedlab.notebook.session import remember
+from speedlab.results.sweep import SweepResult
+from speedlab.run import autotuner
+from speedlab.run.intercept import RunControls
+from speedlab.run.sweep import plan_sweep, run_sweep
+
+
+def profile_train(
+    train_fn: Callable[[], Any],
+    *,
+    precision: str | Iterable[str] | None = None,
+    compile: str | bool | Iterable[str | bool] | None = None,
+    workers: int | str | Iterable[int | str] | None = None,
+    pin_memory: bool | Iterable[bool] | None = None,
+    persistent_workers: bool | Iterable[bool] | None = None,
+    matmul: str | Iterable[str] | None = None,
+    preload: str | Iterable[str] | None = None,
+    batch_size: int | Iterable[int] | None = None,
+    devices: int | Iterable[int] | None = None,
+    strategy: str | Iterable[str] | None = None,
+    trainer: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    time: float | None = None,
+    warmup: int = 5,
+    repeat: int = 1,
+    name: str | None = None,
+    live: bool = True,
+    store: str | Path | bool | None = None,
+) -> SweepResult:
+    """Profile ordinary Lightning training under each combination of knob values.
+
+    Args:
+        train_fn: a zero-argument callable that builds a Trainer and calls ``fit``.
+        precision, compile, workers, pin_memory, persistent_workers, matmul, preload,
+            batch_size, devices, strategy: a value or a list of values per knob; the runs are
+            the cartesian product, the first combination is the baseline. ``None`` keeps the
+            code's own setting.
+        trainer: other Trainer arguments, each a value or a list of values.
+        steps: stop each run after this many training steps.
+        time: stop each run after this many seconds.
+        warmup: steps left out of the steady-state figures (default 5).
+        repeat: run each combination this many times; figures are medians.
+        name: a label stored with the sweep.
+        live: show a live view while training.
+        store: the run store path; ``None`` for the default (``$SPEEDLAB_STORE`` or
+            ``.speedlab/runs.sqlite``), ``False`` to store nothing.
+
+    Example::
+
+        result = speedlab.profile_train(train, workers=[0, 2], steps=40)
+        print(result.table())
+    """
+    if not callable(train_fn):
+        raise TypeError(f"profile_train(train_fn={train_fn!r}): expected a zero-argument callable.")
+    knob_values = {
+        "precision": precision,
+        "compile": compile,
+        "workers": workers,
+        "pin_memory": pin_memory,
+        "persistent_workers": persistent_workers,
+        "matmul": matmul,
+        "preload": preload,
+        "batch_size": batch_size,
+        "devices": devices,
+        "strategy": strategy,
+    }
+    controls = RunControls(steps=steps, time=time, warmup=warmup)
+    spec = plan_sweep(knob_values, trainer=trainer, controls=controls, repeat=repeat, name=name)
+    return remember(run_sweep(train_fn, spec, view=choose_view(live), store=store))
+
+
+def autotune(train_fn: Callable[[], Any], *, live: bool = False, **options: Any) -> SweepResult:
+    """Search for faster knobs from the cell's own settings, one change at a time.
+
+    ``live`` shows each run in this front end's live view; every other option is
+    ``speedlab.run.autotuner.autotune``'s: ``budget_s`` (seconds for the whole search),
+    ``steps`` and ``time`` (each run's limits, as ``--steps`` and ``--time``), ``start`` (knob
+    values to start from, as ``{"workers": 2}``), ``repeat``, ``warmup``, ``store`` and
+    ``name``. Its ``notes`` tell each step with the doctor's evidence, and its ``best`` is the
+    configuration the search kept.
+
+    Example::
+
+        result = speedlab.autotune(train, budget_s=120, steps=40)
+        print("\\n".join(result.notes))
+    """
+    return remember(autotuner.autotune(train_fn, view=choose_view(live), **options))

@@ -1,0 +1,73 @@
+"""speedlab.analysis.data: data-bound runs told apart as CPU-bound or I/O-bound, waits in
+bursts, and workers oversubscribing the cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedlab.analysis.data import waiting_share
+from speedlab.analysis.doctor import diagnose
+from speedlab.results.run import RunResult, empty_records
+from speedlab.results.sweep import SweepResult
+from tests.doctor_runs import kinds, require_quiet, the
+
+
+def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
+    image_sweep: SweepResult,
+) -> None:
+    base = image_sweep.baseline
+    require_quiet(base)
+    assert base.data_share > 0.2
+    found = the(diagnose(base), "cpu_bound")
+    assert found.severity == "critical"
+    assert "workers" in found.advice and "--preload ram" in found.advice
+    assert f"{waiting_share(base):.0%} of the step" in found.evidence
+    assert (found.knob, found.value) == ("preload", "ram")  # torch uses both cores already
+    assert "io_bound" not in kinds(diagnose(base))
+
+
+def test_throttled_image_lab_is_io_bound_with_or_without_workers(
+    throttled_sweep: SweepResult,
+) -> None:
+    base, workers = throttled_sweep.runs
+    require_quiet(base, workers)
+    first = the(diagnose(base), "io_bound")
+    assert first.severity == "critical"
+    assert "workers=0" in first.evidence
+    assert (first.knob, first.value) == ("workers", 2)
+    then = the(diagnose(workers), "io_bound")
+    assert "The 2 worker(s) used" in then.evidence
+    assert (then.knob, then.value) == ("preload", "ram")
+    assert "cpu_bound" not in kinds(diagnose(base)) + kinds(diagnose(workers))
+
+
+def test_waits_in_bursts_count_by_their_total_not_the_median_step() -> None:
+    """Workers that cannot keep up hand over batches in turns: 3 of 5 steps find one ready, 2
+    wait 50 ms. The median step waits nothing, yet 2 * 50 / (2 * 50 + 5 * 20) = half the time
+    goes to waiting."""
+    records = empty_records()
+    for i in range(40):
+        data = 0.050 if i % 5 in (1, 3) else 0.0
+        for key, value in (("t", float(i)), ("data_time", data), ("batch_time", 0.020)):
+            records[key].append(value)
+        records["wall"].append(data + 0.020)
+        records["samples"].append(32)
+        records["phase"].append("steady")
+        records["epoch"].append(0)
+    run = RunResult(knobs={"workers": 2}, records=records)
+    assert run.data_share == 0.0
+    assert waiting_share(run) == pytest.approx(0.5)
+    (finding,) = [f for f in diagnose(run) if f.kind in ("cpu_bound", "io_bound")]
+    assert finding.severity == "critical"
+    assert "20.0 ms for data on average, in bursts" in finding.evidence
+    assert "model_bound" not in kinds(diagnose(run))
+
+
+def test_too_many_workers_on_two_cores_is_oversubscribed(image_sweep: SweepResult) -> None:
+    many = image_sweep.runs[1]
+    require_quiet(many)
+    found = the(diagnose(many), "oversubscribed")
+    threads = many.system["torch_threads"]
+    assert f"4 worker(s) + {threads} torch thread(s) (torch.get_num_threads())" in found.evidence
+    assert found.knob == "workers" and found.value < 4
+    assert "torch.set_num_threads" in found.advice

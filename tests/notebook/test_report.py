@@ -1,0 +1,15 @@
+"""speedlab.notebook.report: a run's report in words."""
+
+from __future__ import annotations
+
+from tests.records import run_of as run
+
+
+def test_report_has_medians_spread_and_phases() -> None:
+    r = run([0.01, 0.02, 0.03, 0.04], [0.05] * 4)
+    r.phases = {"setup": 1.0, "steady": 2.0, "validation": 0.0}
+    r.system = {"cpu_percent": 55.0, "peak_rss_bytes": 300e6}
+    text = r.report()
+    assert "data_time     30.00 ms   (p10" in text
+    assert "setup 1.00 s" in text and "validation" not in text
+    assert "peak RSS 300 MB" in text

@@ -1,0 +1,35 @@
+"""speedlab.notebook.tables: a sweep's table as text, HTML and CSV, each speedup judged."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from speedlab.results.sweep import SweepResult
+from tests.records import run_of as run
+
+
+def test_table_text_html_csv(tmp_path: Path) -> None:
+    base = run([0.2] * 11, [0.2] * 11, knobs={"workers": 0})
+    fast = run([0.0] * 11, [0.2] * 11, knobs={"workers": 2})  # five windows of one round
+    fast.notes.append("pin_memory=on has no effect without a CUDA GPU")
+    same = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"workers": 0})
+    sweep = SweepResult([base, fast, same])
+    text = str(sweep.table())
+    cells = [re.split(r"\s{2,}", line) for line in text.splitlines()]
+    assert cells[0][:4] == ["run", "samples/s", "speedup", "vs baseline"]
+    assert cells[2][:4] == ["baseline", "25.0", "1.00x", "-"]
+    assert cells[3][:4] == ["workers=2", "50.0", "2.00x", "faster"]
+    assert cells[4][:4] == ["baseline", "25.0", "1.00x", "within noise"]
+    assert "no effect" in cells[3][-1] and "noisy" not in cells[3][-1]
+    assert cells[4][-1].startswith("noisy: the interquartile range is 53% of the median")
+    html = sweep._repr_html_()
+    assert html.count("<tr>") == 4 and "workers=2" in html
+    path = sweep.to_csv(tmp_path / "sweep.csv")
+    rows = list(csv.reader(path.open()))
+    assert rows[0][:4] == ["run", "samples/s", "speedup", "vs baseline"]
+    assert rows[2][:4] == ["workers=2", "50.0", "2.00x", "faster"]
+    data = json.loads(sweep.to_json())
+    assert [r["knobs"] for r in data["runs"]] == [{"workers": 0}, {"workers": 2}, {"workers": 0}]
