@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 
 from speedlab.run.knobs import KNOBS, explain
 
@@ -30,10 +29,7 @@ def demo(steps: int, workers: int) -> int:
     print(
         f"speedlab demo: the image lab (JPEG shapes, small ConvNet), {steps} steps, {workers} workers"
     )
-    with warnings.catch_warnings():
-        # Lightning 2.6 on torch 2.13 warns about its own use of torch's pytree, not the user's.
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-        result = profile_train(train, steps=steps, store=False).runs[0]
+    result = profile_train(train, steps=steps, store=False).runs[0]
     print()
     print(result.report())
     return 1 if result.error else 0

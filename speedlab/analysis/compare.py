@@ -31,6 +31,8 @@ torch.utils.benchmark warns)."""
 MIN_STEPS = 3
 """Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
 is compared."""
+TOO_FEW = "too few to tell"
+"""The verdict when a run has fewer than ``MIN_STEPS`` measurements: no claim either way."""
 
 
 def run_cores(run: RunResult) -> int:
@@ -60,7 +62,8 @@ class Comparison:
     when other processes took CPU during the runs (``SHARED_EFFECT``).
     The distributions are the ``--repeat`` replicates' throughputs when a run has them, else its
     steady steps' throughputs (``RunResult.throughput_summary``), which cannot show drift
-    between runs: ``warnings`` says so.
+    between runs: ``warnings`` says so. With fewer than ``MIN_STEPS`` measurements on either
+    side the verdict is ``TOO_FEW``, and ``advice`` says what would give enough.
     """
 
     speedup: float
@@ -68,14 +71,26 @@ class Comparison:
     a: Summary
     b: Summary
     warnings: tuple[str, ...] = ()
+    advice: str | None = None
+
+    @property
+    def enough(self) -> bool:
+        return min(self.a.n, self.b.n) >= MIN_STEPS
 
     @property
     def verdict(self) -> str:
+        if not self.enough:
+            return TOO_FEW
         if not self.significant:
             return "within noise"
         return "faster" if self.speedup > 1 else "slower"
 
     def __str__(self) -> str:
+        if not self.enough:
+            return (
+                f"{self.speedup:.2f}x, {TOO_FEW} ({self.a.n} and {self.b.n} measurements, "
+                f"{MIN_STEPS} needed: {self.advice})"
+            )
         spread = (
             f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
             " samples/s"
@@ -104,7 +119,7 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
         if noisy := spread_warning(s):
             warnings.append(f"{name}: {noisy}")
         if s.n < MIN_STEPS:
-            warnings.append(f"{name}: only {s.n} measurements, too few to tell.")
+            warnings.append(f"{name}: only {s.n} measurements, {TOO_FEW}.")
     if not (a.replicates and b.replicates):
         warnings.append(
             "Single runs: drift between runs is not measured; --repeat 3 confirms a small change."
@@ -119,4 +134,13 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
     apart = sa.q3 < sb.q1 or sb.q3 < sa.q1
     big = math.isfinite(speedup) and abs(speedup - 1) >= needed
     enough = min(sa.n, sb.n) >= MIN_STEPS
-    return Comparison(speedup, bool(apart and big and enough), sa, sb, tuple(warnings))
+    advice = None if enough else _enough_advice(a, b)
+    return Comparison(speedup, bool(apart and big and enough), sa, sb, tuple(warnings), advice)
+
+
+def _enough_advice(a: RunResult, b: RunResult) -> str:
+    """What gives both runs ``MIN_STEPS`` measurements: more steps, or more replicates."""
+    if a.replicates and b.replicates:
+        return f"--repeat {MIN_STEPS}"
+    steps = max(run.steps_for(MIN_STEPS) for run in (a, b) if not run.replicates)
+    return f"--steps {steps} or more"

@@ -169,7 +169,7 @@ def data_bound(run: RunResult) -> list[Finding]:
         who += (
             f" Other processes used about {others:.1f} of the machine's "
             f"{run.system.get('cores')} cores meanwhile: this run's figures are slower than on a "
-            "quiet machine, and loading may have waited for CPU rather than for data."
+            "quiet machine."
         )
     preload = run.knobs.get("preload")
     if preload in ("ram", "shm"):
@@ -177,6 +177,8 @@ def data_bound(run: RunResult) -> list[Finding]:
             f" With preload={preload} the data is read from memory, so the wait is CPU work "
             "(decoding or the per-step transform, and the hand-over), not storage."
         )
+    elif busy < LOADER_BUSY_MIN and others >= CONTENDED_CORES:
+        return [_storage_or_contention(head + " " + who)]
     elif busy < LOADER_BUSY_MIN:
         return [_io_bound(run, head + " " + who, severity)]
     return [_cpu_bound(run, head + " " + who, severity)]
@@ -194,6 +196,18 @@ def _handover(run: RunResult, head: str, making: float, severity: str) -> Findin
         "loading itself is cheap (compare both)."
     )
     return Finding("cpu_bound", evidence, advice, None, severity)
+
+
+def _storage_or_contention(evidence: str) -> Finding:
+    """Idle loaders on a shared machine: a wait for storage and a wait for a core look alike."""
+    advice = (
+        "The loading was mostly idle while the step waited, as when it waits for storage; but "
+        "with other processes on the cores it may have waited for a core instead, and these "
+        "figures cannot tell the two apart. Measure again on a quieter machine (or with "
+        "--repeat 3) before changing a knob: if the wait stays, DataLoader workers keep reads "
+        "in flight and --preload ram removes them; if it goes, it was the other work."
+    )
+    return Finding("io_bound", evidence, advice, None, "warn")
 
 
 def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from speedlab.analysis.compare import compare, run_cores
+from speedlab.analysis.compare import TOO_FEW, compare, run_cores
 from speedlab.analysis.compile import compile_payback
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.findings import (
@@ -21,6 +21,13 @@ from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import fmt_ms
 
+_EFFECTS = {
+    "faster": "Helped",
+    "within noise": "Within noise",
+    "slower": "Slower",
+    TOO_FEW: "Too few measurements to tell",
+}
+"""How the verdict names each single-knob change, by its comparison's verdict."""
 BATCH_TIME_GROWTH = 0.20
 """Growth of batch_time between the fewest and the most workers of a sweep that shows the
 workers taking cores from the model."""
@@ -35,29 +42,34 @@ def _verdict(sweep: SweepResult) -> Finding:
             "See the errors in the table.",
             severity="critical",
         )
-    helped, flat, hurt = [], [], []
+    effects: dict[str, list[str]] = {verdict: [] for verdict in _EFFECTS}
     for run in sweep.runs[1:]:
         if not run.ok or len(differs(base.knobs, run.knobs)) != 1:
             continue
         c = compare(base, run)
-        text = f"{run.label(base)} {c.speedup:.2f}x"
-        (helped if c.verdict == "faster" else hurt if c.verdict == "slower" else flat).append(text)
-    effects = "".join(
-        f" {title}: {', '.join(items)}."
-        for title, items in (("Helped", helped), ("Within noise", flat), ("Slower", hurt))
-        if items
+        effects[c.verdict].append(f"{run.label(base)} {c.speedup:.2f}x")
+    said = "".join(
+        f" {_EFFECTS[verdict]}: {', '.join(items)}." for verdict, items in effects.items() if items
     )
     c = compare(base, best)
+    if best is not base and c.verdict == TOO_FEW:
+        return Finding(
+            "verdict",
+            f"Too few measurements to tell whether any run beat the baseline (fastest: "
+            f"{best.label(base)}, {c})." + said,
+            f"Measure again with {c.advice}.",
+            severity="info",
+        )
     if best is base or c.verdict != "faster":
         return Finding(
             "verdict",
-            f"No run beat the baseline beyond noise (fastest: {best.label(base)}, {c})." + effects,
+            f"No run beat the baseline beyond noise (fastest: {best.label(base)}, {c})." + said,
             "Keep the baseline configuration; the findings below say what limits it.",
             severity="info",
         )
     return Finding(
         "verdict",
-        f"Best: {best.label(base)} at {best.samples_per_s:.1f} samples/s, {c}." + effects,
+        f"Best: {best.label(base)} at {best.samples_per_s:.1f} samples/s, {c}." + said,
         f"Keep {best.label(base)}.",
         severity="info",
     )

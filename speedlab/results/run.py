@@ -138,6 +138,12 @@ class RunResult:
             ]
         )
 
+    def steps_for(self, measurements: int) -> int:
+        """Training steps this run would need for ``measurements`` figures in its throughput
+        spread: its steps outside the steady state, and one steady step per figure, or one
+        round of the workers when it has them (``throughput_summary``)."""
+        return self.steps - len(self._steady()) + measurements * max(1, self.loader_workers())
+
     def loader_workers(self) -> int:
         """DataLoader workers of the run: the knob when set, else the workers that stamped
         batches. Without stamps, the child processes the sampler saw, if they did any work: an

@@ -11,6 +11,7 @@ import hashlib
 import multiprocessing
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,9 @@ from speedlab.run.watch import LiveView
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _REAP_TIMEOUT_S = 5.0
+LIBRARY_DEPRECATIONS = r"(lightning|pytorch_lightning)(\.|$)"
+"""Modules whose deprecation warnings a profiled cell does not show: they are about Lightning's
+own code, which the user cannot change."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,9 @@ def run_once(
             if view is not None:
                 view.watch(session)
             try:
-                train_fn()
+                with warnings.catch_warnings():
+                    _quiet_library_deprecations()
+                    train_fn()
             except (Exception, KeyboardInterrupt) as err:
                 error = err
             finally:
@@ -140,6 +146,13 @@ def run_once(
     elif error is not None and all(r.error is None for r in results):
         results[-1].error = describe_error(error)
     return results, error
+
+
+def _quiet_library_deprecations() -> None:
+    """Keep Lightning's warnings about its own use of deprecated APIs (Lightning 2.6 warns
+    on torch 2.13 at every step) out of the cell's output; the user's own warnings still show."""
+    for category in (DeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARY_DEPRECATIONS)
 
 
 def _lint(model: Any) -> list[Any]:

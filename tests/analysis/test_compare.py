@@ -14,10 +14,11 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.compare import compare
+from speedlab.analysis.compare import TOO_FEW, compare
 from speedlab.analysis.verdict import diagnose_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.results.sweep import SweepResult
+from tests.records import run_of
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
@@ -94,3 +95,21 @@ def test_a_2x_change_between_bursty_loaders_is_significant() -> None:
     result = compare(slow, fast)
     assert (result.verdict, result.a.n, result.b.n) == ("faster", 6, 6)  # windows of rounds
     assert 1.5 < result.speedup < 2.5
+
+
+@pytest.mark.parametrize(("steps", "verdict"), [(40, TOO_FEW), (50, "faster")])
+def test_too_few_windows_are_never_within_noise_and_say_how_many_steps(steps, verdict) -> None:
+    # 15 workers: one window of throughput is a round of 15 steps; 35 steady steps make 2.
+    slow = run_of([0.2] * steps, [0.1] * steps, knobs={"workers": 15}, warmup=5)
+    fast = run_of([0.0] * steps, [0.1] * steps, knobs={"workers": 15}, warmup=5)
+    result = compare(slow, fast)
+    assert result.speedup == pytest.approx(3.0)
+    assert result.verdict == verdict
+    if verdict == TOO_FEW:
+        assert str(result) == (
+            "3.00x, too few to tell (2 and 2 measurements, 3 needed: --steps 50 or more)"
+        )
+        (finding,) = [f for f in diagnose_sweep(SweepResult([slow, fast])) if f.kind == "verdict"]
+        assert finding.evidence.startswith("Too few measurements to tell")
+        assert finding.advice == "Measure again with --steps 50 or more."
+        assert "within noise" not in str(SweepResult([slow, fast]).table())

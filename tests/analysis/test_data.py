@@ -7,9 +7,11 @@ import pytest
 
 from speedlab.analysis.data import waiting_share
 from speedlab.analysis.doctor import diagnose
+from speedlab.measure.machine import usable_cores
 from speedlab.results.run import RunResult, empty_records
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import kinds, require_quiet, the
+from tests.records import run_of
 
 
 def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
@@ -71,3 +73,27 @@ def test_too_many_workers_on_two_cores_is_oversubscribed(image_sweep: SweepResul
     assert f"4 worker(s) + {threads} torch thread(s) (torch.get_num_threads())" in found.evidence
     assert found.knob == "workers" and found.value < 4
     assert "torch.set_num_threads" in found.advice
+
+
+def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> None:
+    """workers=0, data 1 ms of a 4 ms step; the training thread is busy only while computing
+    (loading idle), and other processes take 0.9 of the 2 cores."""
+    if usable_cores() < 2:
+        pytest.skip("the machine figures below describe 2 cores this process may use")
+    run = run_of([0.001] * 30, [0.003] * 30, warmup=5)
+    run.system = {
+        "cores": 2,
+        "cpu_percent": 95.0,
+        "main_cpu_percent": 100.0,
+        "workers_cpu_percent": 0.0,
+        "train_thread_cpu_percent": 75.0,
+        "torch_threads": 1,
+    }
+    (found,) = [f for f in diagnose(run) if f.kind in ("io_bound", "cpu_bound")]
+    assert found.kind == "io_bound" and found.severity == "warn" and found.knob is None
+    assert "Other processes used about 0.9 of the machine's 2 cores" in found.evidence
+    assert "cannot tell the two apart" in found.advice
+    assert "waits for storage, not for the CPU" not in found.advice
+    run.system["cpu_percent"] = 50.0  # the same run on a quiet machine: storage, and a knob
+    quiet = the(diagnose(run), "io_bound")
+    assert quiet.severity == "critical" and quiet.knob == "workers"

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -119,3 +120,39 @@ def test_runs_are_stored_and_survive_a_new_process(tmp_path: Path) -> None:
 def test_store_false_writes_nothing(tmp_path: Path) -> None:
     profile_train(train_known_cost, steps=6, live=False, store=False)
     assert history() == []
+
+
+class Warns(KnownCostModel):
+    """A model whose own code warns, once of its own and once of a deprecation."""
+
+    def training_step(self, batch, batch_idx):
+        warnings.warn("the cell's own warning", UserWarning, stacklevel=1)
+        warnings.warn("the cell's own deprecation", DeprecationWarning, stacklevel=1)
+        return super().training_step(batch, batch_idx)
+
+
+def lightnings_deprecations(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, (DeprecationWarning, FutureWarning))
+        and f"{os.sep}lightning{os.sep}" in w.filename
+    ]
+
+
+def test_lightnings_own_deprecation_warnings_are_kept_out_and_the_cells_shown() -> None:
+    def train() -> None:
+        trainer = pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(Warns(step_s=0.0), DataLoader(KnownCostDataset(64), batch_size=8))
+
+    with warnings.catch_warnings(record=True) as alone:
+        warnings.simplefilter("always")
+        train()
+    if not lightnings_deprecations(alone):
+        pytest.skip("this Lightning and torch raise no deprecation warning of Lightning's own")
+    with warnings.catch_warnings(record=True) as profiled:
+        warnings.simplefilter("always")
+        profile_train(train, live=False, store=False)
+    assert lightnings_deprecations(profiled) == []
+    mine = {str(w.message) for w in profiled if w.filename == __file__}
+    assert mine == {"the cell's own warning", "the cell's own deprecation"}
