@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
