@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from speedlab.measure.fork_pause import ForkPause
 from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch, torch_gpu_memory
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -99,6 +100,7 @@ class SystemSampler:
         self._samples: list[SystemSample] = []
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
+        self._fork_pause = ForkPause()
         self._thread: threading.Thread | None = None
         self._reader: _Reader | None = None
         self._final: SystemSummary | None = None
@@ -157,7 +159,8 @@ class SystemSampler:
     def _loop(self, reader: _Reader) -> None:
         due = time.perf_counter() + self.interval_s
         while not self._stop_event.wait(max(0.0, due - time.perf_counter())):
-            self._add(reader.read())
+            with self._fork_pause:
+                self._add(reader.read())
             # After a slow read, resume the rhythm from now instead of catching up in a burst.
             due = max(due + self.interval_s, time.perf_counter())
 

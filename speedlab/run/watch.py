@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from speedlab.measure.fork_pause import ForkPause
+
 REFRESH_PER_SECOND = 4
 WINDOW = 120  # steps in the rolling chart
 _RECENT = 20  # steps behind the samples/s and median figures
@@ -124,12 +126,14 @@ class _Ticker:
     def __init__(self, draw: Callable[[], None]) -> None:
         self._draw = draw
         self._stop = threading.Event()
+        self._fork_pause = ForkPause()
         self._thread = threading.Thread(target=self._loop, name="speedlab-live", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(1 / REFRESH_PER_SECOND):
-            self._draw()
+            with self._fork_pause:
+                self._draw()
 
     def stop(self) -> None:
         self._stop.set()
