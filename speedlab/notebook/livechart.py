@@ -236,8 +236,8 @@ def run_html(result: Any, label: str, *, timeline_png: str | None = None) -> str
         )
     if timeline_png:
         body += (
-            "<details><summary>Pipeline timeline: when each worker made each batch, when the "
-            "main process waited and trained</summary>"
+            '<details><summary style="display:list-item;cursor:pointer">Pipeline timeline: when '
+            "each worker made each batch, when the main process waited and trained</summary>"
             f'<img src="data:image/png;base64,{timeline_png}" style="max-width:100%"></details>'
         )
     return f'<div class="speedlab-run" data-steps="{result.steps}" style="{_FONT}">{body}</div>'

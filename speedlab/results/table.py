@@ -35,9 +35,15 @@ class Table:
         p.text(str(self))
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        """The table with its own spacing and alignment inline: front ends style tables
+        differently (nbclassic sets no cell padding), and a results table must stay readable."""
+        head = "".join(
+            f'<th style="{_cell(i)}">{html.escape(c)}</th>' for i, c in enumerate(self.columns)
+        )
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            "<tr>"
+            + "".join(f'<td style="{_cell(i)}">{html.escape(c)}</td>' for i, c in enumerate(row))
+            + "</tr>"
             for row in self.rows
         )
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
@@ -53,6 +59,11 @@ class Table:
             writer.writerow(self.columns)
             writer.writerows(self.rows)
         return path
+
+
+def _cell(column: int) -> str:
+    """A cell's inline style: spaced, the first column (the run) left, the figures right."""
+    return f"padding:2px 10px;text-align:{'left' if column == 0 else 'right'}"
 
 
 def fmt(value: float | None, spec: str, *, scale: float = 1.0, suffix: str = "") -> str:

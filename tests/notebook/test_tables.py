@@ -33,3 +33,12 @@ def test_table_text_html_csv(tmp_path: Path) -> None:
     assert rows[2][:4] == ["workers=2", "50.0", "2.00x", "faster"]
     data = json.loads(sweep.to_json())
     assert [r["knobs"] for r in data["runs"]] == [{"workers": 0}, {"workers": 2}, {"workers": 0}]
+
+
+def test_the_html_table_spaces_its_cells_itself() -> None:
+    # nbclassic's widget styles set table-cell padding to 0: the table brings its own.
+    html = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()._repr_html_()
+    cells = re.findall(r"<t[dh] style=\"([^\"]*)\">", html)
+    assert len(cells) == 2 * 11
+    assert all("padding:2px 10px" in style for style in cells)
+    assert cells[0].endswith("text-align:left") and cells[1].endswith("text-align:right")
