@@ -42,3 +42,7 @@ def is_lightning_module(obj: object) -> bool:
 
 def is_datamodule(obj: object) -> bool:
     return isinstance(obj, tuple(pkg.LightningDataModule for pkg in lightning_packages()))
+
+
+def is_combined_loader(obj: object) -> bool:
+    return isinstance(obj, tuple(pkg.utilities.CombinedLoader for pkg in lightning_packages()))

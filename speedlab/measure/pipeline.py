@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.pin_memory import pin_memory
 
@@ -133,8 +134,10 @@ class StampedDataLoader(DataLoader):
     """A DataLoader whose workers stamp every batch; with ``stamps=None`` a plain DataLoader.
 
     Takes DataLoader's arguments plus ``stamps``, the StampSink that receives each batch's
-    stamps as the main process takes it. Lightning may re-create the loader (to inject a
-    distributed sampler): it passes ``stamps`` on like any other argument.
+    stamps as the main process takes it, and ``seed_every_epoch``: whether the cell's own loader
+    draws its workers' base seed every epoch (``not persistent_workers``; ``None``: as this one
+    does). Lightning may re-create the loader (to inject a distributed sampler): it passes both
+    on like any other argument.
 
     Example::
 
@@ -144,10 +147,17 @@ class StampedDataLoader(DataLoader):
     """
 
     def __init__(
-        self, dataset: Any, *args: Any, stamps: StampSink | None = None, **kwargs: Any
+        self,
+        dataset: Any,
+        *args: Any,
+        stamps: StampSink | None = None,
+        seed_every_epoch: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(dataset, *args, **kwargs)
         self.stamps = stamps
+        self.seed_every_epoch = seed_every_epoch
+        self._epochs = 0
 
     def _stamping(self) -> bool:
         return self.stamps is not None and self.num_workers > 0
@@ -165,5 +175,24 @@ class StampedDataLoader(DataLoader):
             self.worker_init_fn = user_init
 
     def __iter__(self) -> Iterator:
-        batches = super().__iter__()
+        batches = self._iter_seeded_as_the_cells()
         return _Unstamped(batches, self.stamps) if self._stamping() else batches
+
+    def _iter_seeded_as_the_cells(self) -> Iterator:
+        """``DataLoader.__iter__``, taking the epoch's base seed from ``generator`` (torch's
+        global one by default) only when the cell's own loader would: every epoch, or only the
+        first with persistent workers. A RandomSampler without a generator draws its seed from
+        the same global state, so this keeps the cell's shuffle order."""
+        later, self._epochs = self._epochs > 0, self._epochs + 1
+        draws = not self.persistent_workers
+        cell_draws = draws if self.seed_every_epoch is None else self.seed_every_epoch
+        if not later or draws == cell_draws:
+            return super().__iter__()
+        if cell_draws:  # persistent workers draw nothing: draw what the cell's loader would
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            return super().__iter__()
+        generator, self.generator = self.generator, torch.Generator().manual_seed(self._epochs)
+        try:
+            return super().__iter__()
+        finally:
+            self.generator = generator

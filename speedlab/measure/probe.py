@@ -17,6 +17,7 @@ The hot path only appends floats to lists: no tensor allocation, no ``.item()``,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,19 +38,34 @@ _perf = time.perf_counter
 
 
 def batch_size_of(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor (no device sync)."""
-    while True:
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 1
-        if isinstance(batch, (list, tuple)) and batch:  # the usual case, before slower ABCs
-            batch = batch[0]
-        elif isinstance(batch, Mapping) and batch:
-            batch = next(iter(batch.values()))
-        elif isinstance(batch, Sequence) and not isinstance(batch, str) and batch:
-            batch = batch[0]
-        else:
-            return 0
+    """Samples in a batch: the leading dimension of its first tensor, depth first (no sync)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    if isinstance(batch, Mapping):
+        parts: Any = batch.values()
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        parts = batch
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        parts = (getattr(batch, f.name) for f in dataclasses.fields(batch))
+    else:
+        return 0
+    for part in parts:
+        size = batch_size_of(part)
+        if size:
+            return size
+    return 0
+
+
+def samples_of(batch: Any, loaders: Any) -> int:
+    """Samples a step consumed. With several training loaders (a dict or list of them) the
+    batch holds one batch of each, shaped like the loaders: their samples add up."""
+    if isinstance(loaders, Mapping) and isinstance(batch, Mapping):
+        return sum(samples_of(batch.get(key), part) for key, part in loaders.items())
+    same_length = isinstance(batch, (list, tuple)) and len(batch) == len(loaders)
+    if isinstance(loaders, (list, tuple)) and same_length:
+        return sum(samples_of(b, part) for b, part in zip(batch, loaders))
+    return batch_size_of(batch)
 
 
 class _SpeedProbeCore:
@@ -105,6 +121,7 @@ class _SpeedProbeCore:
         self._val_since = 0.0  # validation seconds since the open step started
         self._batch_start = self._batch_end = self._hook_start = 0.0
         self._batch_samples = 0
+        self._loaders: Any = None  # a dict or list of training loaders, if several
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._cuda: CudaTimer | None = None
@@ -207,6 +224,8 @@ class _SpeedProbeCore:
         if not self._active:
             return
         self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
+        loaders = getattr(trainer, "train_dataloader", None)
+        self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
             self._cuda = CudaTimer()
@@ -224,7 +243,10 @@ class _SpeedProbeCore:
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
         self._hook_start = _perf()
-        self._batch_samples = batch_size_of(batch)
+        loaders = self._loaders
+        self._batch_samples = (
+            batch_size_of(batch) if loaders is None else samples_of(batch, loaders)
+        )
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

@@ -23,9 +23,10 @@ from typing import Any
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
+from speedlab.run.compiling import CompiledStep, compile_step
 from speedlab.run.forking import check_fork, forked_rank_threads_note
 from speedlab.run.knobs import DATA_KNOBS, Knobs, check_number
-from speedlab.run.loaders import rebuild_loader, shutdown_loader
+from speedlab.run.loaders import map_loaders, rebuild_loader, rebuild_refusal, shutdown_loader
 from speedlab.run.preload import Preloaded, preload
 
 
@@ -64,6 +65,7 @@ class FitRecord:
     preload_s: float = 0.0
     model: Any = None
     exception: BaseException | None = None
+    compiled: CompiledStep | None = None
 
     def workload(self) -> dict[str, Any]:
         """What was trained: the model's class and size, and how many training samples it had."""
@@ -293,10 +295,9 @@ class Intercept:
                 for item in preloaded:
                     item.cleanup()
                 session._shutdown_trainer_loaders(trainer)
-                if record.model is not None and session.knobs.compile not in (None, "off"):
-                    record.model._compiled_call_impl = (
-                        None  # the user's model runs uncompiled again
-                    )
+                if record.compiled is not None:  # the user's model runs uncompiled again
+                    trained = bool(getattr(probe, "records", {}).get("wall"))  # in this process
+                    record.notes += record.compiled.finish(trained)
 
         return fit
 
@@ -304,13 +305,10 @@ class Intercept:
         """Compile the model and rebuild the training data source, as the knobs ask."""
         k = self.knobs
         model = args["model"]
-        if k.compile not in (None, "off"):
-            # Module.compile compiles forward in place; torch.compile(model) would make Lightning
-            # trace training_step, where self.log breaks the graph. Undone after the fit.
-            mode = None if k.compile in ("on", "default") else k.compile
-            model.compile(mode=mode)
         record.model = getattr(model, "_orig_mod", model)
-        # Without data knobs the loader is still rebuilt, only to stamp its batches (timeline).
+        if k.compile not in (None, "off"):  # forward and the submodules, not training_step
+            record.compiled = compile_step(record.model, k.compile)
+        # Without data knobs a loader with workers is rebuilt only to stamp its batches.
         stamp_only = all(getattr(k, name) in (None, "off") for name in DATA_KNOBS)
         source = args.get("train_dataloaders")
         if is_datamodule(source):
@@ -333,17 +331,36 @@ class Intercept:
         owner.train_dataloader = train_dataloader
 
     def _rebuild(
-        self, loader: Any, record: FitRecord, preloaded: list[Preloaded], stamp_only: bool = False
+        self, source: Any, record: FitRecord, preloaded: list[Preloaded], stamp_only: bool = False
     ) -> Any:
+        """The training data with the data knobs applied to each DataLoader in it.
+
+        Without data knobs, only a lone DataLoader with workers is rebuilt, to stamp its batches.
+        """
         from torch.utils.data import DataLoader
 
-        if stamp_only and type(loader) is not DataLoader:
-            return loader  # the user's own loader class is only replaced when a data knob asks
-        if not isinstance(loader, DataLoader):
-            record.notes.append(
-                f"The training data is a {type(loader).__name__}, not a DataLoader: the data knobs "
-                "were not applied."
+        single = isinstance(source, DataLoader)
+        if stamp_only and (not single or rebuild_refusal(source) or source.num_workers == 0):
+            return source  # nothing to stamp, or not a loader speedlab rebuilds as it is
+        loaders: list[Any] = []
+        map_loaders(source, loaders.append)
+        options = {
+            "stamps": probe_sink(record.probe) if single else None,  # one loader, one log
+            "several": len(loaders) > 1,
+        }
+        return map_loaders(
+            source, lambda loader: self._rebuild_one(loader, record, preloaded, options)
+        )
+
+    def _rebuild_one(
+        self, loader: Any, record: FitRecord, preloaded: list[Preloaded], options: dict
+    ) -> Any:
+        reason = rebuild_refusal(loader)
+        if reason is not None:
+            asked = ", ".join(
+                f"{k}={v}" for k, v in self.knobs.as_dict().items() if k in DATA_KNOBS
             )
+            record.notes.append(f"{asked} not applied: {reason}; it ran as the cell made it.")
             return loader
         dataset = loader.dataset
         if self.knobs.preload not in (None, "off"):
@@ -355,12 +372,7 @@ class Intercept:
             dataset = item.dataset
         devices = self.knobs.devices or 1
         rebuilt = rebuild_loader(
-            loader,
-            self.knobs,
-            dataset=dataset,
-            devices=devices,
-            notes=record.notes,
-            stamps=probe_sink(record.probe),
+            loader, self.knobs, dataset=dataset, devices=devices, notes=record.notes, **options
         )
         self._loaders.append(rebuilt)
         return rebuilt

@@ -22,6 +22,11 @@ class KnobError(ValueError):
         super().__init__(f"--{option} {value!s}: not allowed. Expected {allowed}.")
 
 
+class KnobRefused(RuntimeError):
+    """A knob that cannot act on this cell without changing what it trains on, found when the
+    cell's data is seen; the message is one line: the option and value, why, and what to do."""
+
+
 ON_OFF = {"on": True, "off": False, "true": True, "false": False}
 
 

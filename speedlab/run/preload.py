@@ -5,25 +5,31 @@ of decoded samples, so random augmentation still runs every step; any other data
 whole items cached (augmentation frozen, and the result says so).
 ``shm``: a dataset of files (``files`` and ``relocate(new_root)``, as the image lab has) is
 copied under /dev/shm and pointed there; the copy is removed when the run ends.
+Either leaves the random state as it was, so the cell shuffles as it does alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from speedlab.run.knobs import KnobRefused
 
 SHM = Path("/dev/shm")
 _ESTIMATE_FROM = 8  # samples loaded to estimate the memory of the whole set
 _RAM_HEADROOM = 0.8  # use at most this share of the available RAM
 
 
-class PreloadError(RuntimeError):
-    """The data does not fit where the preload would put it; the message names the sizes."""
+class PreloadError(KnobRefused):
+    """The data cannot be preloaded (it does not fit, or has no numbered samples); the message
+    says why."""
 
 
 def _gb(n: float) -> str:
@@ -112,7 +118,25 @@ def _check_ram(need: float, what: str) -> None:
         )
 
 
+def _check_numbered(dataset: Any) -> None:
+    """Refuse a dataset whose samples cannot be read ahead by number."""
+    from torch.utils.data import IterableDataset
+
+    name = type(dataset).__name__
+    if isinstance(dataset, IterableDataset):
+        raise PreloadError(
+            f"--preload ram: {name} is an IterableDataset, a stream with no len() and no "
+            "dataset[i], so its samples cannot be loaded ahead. Use --preload off."
+        )
+    if not hasattr(dataset, "__len__"):
+        raise PreloadError(
+            f"--preload ram: {name} has no len(), so speedlab cannot tell which samples to "
+            "load ahead. Use --preload off."
+        )
+
+
 def preload_ram(dataset: Any) -> Preloaded:
+    _check_numbered(dataset)
     base, indices = _base_and_indices(dataset)
     if not indices:
         return Preloaded(dataset)
@@ -171,9 +195,29 @@ def preload_shm(dataset: Any) -> Preloaded:
     return Preloaded(_rewrap(dataset, moved), [note], cleanup_dir=target)
 
 
+@contextlib.contextmanager
+def _own_random_state() -> Iterator[None]:
+    """Leave torch's, Python's and NumPy's random state as it was: the samples a preload loads
+    must not move the cell's shuffling (a RandomSampler draws its seed from torch's)."""
+    import random
+
+    import torch
+
+    numpy = sys.modules.get("numpy")
+    saved = torch.get_rng_state(), random.getstate(), numpy and numpy.random.get_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        if numpy is not None:
+            numpy.random.set_state(saved[2])
+
+
 def preload(mode: str, dataset: Any) -> Preloaded:
-    if mode == "ram":
-        return preload_ram(dataset)
-    if mode == "shm":
-        return preload_shm(dataset)
+    with _own_random_state():
+        if mode == "ram":
+            return preload_ram(dataset)
+        if mode == "shm":
+            return preload_shm(dataset)
     return Preloaded(dataset)

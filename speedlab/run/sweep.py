@@ -27,7 +27,15 @@ from speedlab.results.store import RunStore
 from speedlab.results.sweep import SweepResult
 from speedlab.run.forking import describe_rank_failure
 from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import KNOBS, KnobError, Knobs, as_list, check_number, sweep_plan
+from speedlab.run.knobs import (
+    KNOBS,
+    KnobError,
+    KnobRefused,
+    Knobs,
+    as_list,
+    check_number,
+    sweep_plan,
+)
 from speedlab.run.watch import LiveView
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -243,7 +251,10 @@ def run_sweep(
                 replicates += results
                 if isinstance(error, Exception) and describe_error(error) not in shown:
                     shown.add(describe_error(error))  # the same failure in every run: shown once
-                    show_error(error)
+                    if isinstance(error, KnobRefused):  # refused before training: its one line
+                        print(error, file=sys.stderr)
+                    else:
+                        show_error(error)
                 if isinstance(error, KeyboardInterrupt):
                     interrupted = True
                     break

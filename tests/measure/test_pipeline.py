@@ -18,6 +18,7 @@ from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel, known
 from speedlab.measure.pipeline import PIPELINE_KEYS, Stamped, StampedDataLoader
 from speedlab.notebook.plots import epoch_starts, main_spans, overlap, worker_spans
 from speedlab.results.run import RunResult
+from speedlab.run.loaders import shutdown_loader
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
@@ -202,3 +203,32 @@ def test_a_custom_loader_class_is_not_replaced_without_data_knobs() -> None:
     run = profile_train(train, store=False, live=False).runs[0]
     assert OwnLoader.iterations == 1 and run.steps == 5
     assert "pipeline" not in run.records
+
+
+@pytest.mark.parametrize(
+    ("cell", "stand_in"),
+    [
+        ({"num_workers": 0}, {"num_workers": 2, "persistent_workers": True}),
+        ({"num_workers": 2, "persistent_workers": True}, {"num_workers": 0}),
+    ],
+)
+def test_a_stand_in_loader_shuffles_every_epoch_as_the_cells_own(
+    cell: dict, stand_in: dict
+) -> None:
+    """Persistent workers draw no base seed after the first epoch; a RandomSampler without a
+    generator seeds from the same global state, so the stand-in draws as the cell's loader."""
+
+    def epochs(loader: DataLoader) -> list[list[int]]:
+        torch.manual_seed(0)
+        orders = [torch.cat(list(loader)).tolist() for _ in range(3)]
+        shutdown_loader(loader)
+        return orders
+
+    data = list(range(12))
+    own = epochs(DataLoader(data, batch_size=4, shuffle=True, **cell))
+    seeds = not cell.get("persistent_workers", False)
+    rebuilt = StampedDataLoader(
+        data, batch_size=4, shuffle=True, seed_every_epoch=seeds, **stand_in
+    )
+    assert epochs(rebuilt) == own
+    assert len({tuple(order) for order in own}) == 3  # each epoch its own order

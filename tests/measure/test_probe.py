@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from speedlab.labs import KnownCostModel, known_cost_loader
-from speedlab.measure.probe import BATCH_ACTION, SpeedProbe, batch_size_of
+from speedlab.measure.probe import BATCH_ACTION, SpeedProbe, batch_size_of, samples_of
 
 
 def trainer(probe: SpeedProbe, package=pl, **kwargs) -> pl.Trainer:
@@ -251,6 +252,12 @@ def test_bad_arguments_are_quoted_back(args: dict, message: str) -> None:
         SpeedProbe(**args)
 
 
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
 @pytest.mark.parametrize(
     ("batch", "size"),
     [
@@ -260,10 +267,23 @@ def test_bad_arguments_are_quoted_back(args: dict, message: str) -> None:
         ([[torch.zeros(4)], 1], 4),
         (torch.tensor(1.0), 1),
         ([], 0),
+        ((["a", "b", "c"], torch.zeros(3, 2)), 3),  # the first tensor, past a list of names
+        ((None, {"x": torch.zeros(6)}), 6),
+        (Pair(torch.zeros(2, 2), torch.zeros(2)), 2),
     ],
 )
 def test_batch_size_of(batch: object, size: int) -> None:
     assert batch_size_of(batch) == size
+
+
+def test_samples_of_several_loaders_add_up() -> None:
+    pair = (torch.zeros(4, 3), torch.zeros(4))
+    other = {"x": torch.zeros(2, 3)}
+    loaders = {"a": "loader a", "b": "loader b"}
+    assert samples_of({"a": pair, "b": other}, loaders) == 6
+    assert samples_of([pair, other], ["loader a", "loader b"]) == 6
+    assert samples_of({"a": pair, "b": None}, loaders) == 4  # mode "max_size": b is done
+    assert samples_of(pair, "one loader") == 4
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,0 +1,109 @@
+"""The compile knob: compile what a training step runs, and put the model back after the fit.
+
+``training_step`` itself is not compiled: ``self.log`` there breaks the graph. What the step
+calls is: the model's own call (``self(x)``, through ``forward``) and each direct submodule that
+holds weights (``self.net(x)``; the items of a ``ModuleList`` or ``ModuleDict``), whichever path
+the step takes. A submodule called inside the compiled ``forward`` is traced into its graph.
+
+Each module's call is compiled in place, through ``_compiled_call_impl`` as ``Module.compile``
+does, but from a function of this module: ``Module.compile`` on a torch module (``nn.Linear``,
+``nn.Sequential``) captures nothing, since dynamo skips torch's own frames. One function for all
+of them also lets modules of one class share their compiled code (a stack of identical blocks
+compiles once). The fit's count of compiled graphs tells whether compiled code ran at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _compiled_call(module: Any, mode: str | None) -> Any:
+    import torch
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return module._call_impl(*args, **kwargs)
+
+    return torch.compile(call, mode=mode)
+
+
+def _dynamo_counts() -> tuple[int, dict[str, int]]:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], dict(counters["graph_break"])
+
+
+def step_modules(model: Any) -> dict[str, Any]:
+    """The modules a training step may call, by name: the model, then its weighted children."""
+    from torch import nn
+
+    found: dict[str, Any] = {"forward": model}
+    for name, child in model.named_children():
+        items = (
+            child.named_children()
+            if isinstance(child, (nn.ModuleList, nn.ModuleDict))
+            else [("", child)]
+        )
+        for item, module in items:
+            if (
+                next(module.parameters(), None) is not None
+                or next(module.buffers(), None) is not None
+            ):
+                found[f"{name}.{item}" if item else name] = module
+    return found
+
+
+@dataclass
+class CompiledStep:
+    """The modules compiled for one fit; ``finish()`` undoes it and says what ran uncompiled."""
+
+    value: str
+    modules: dict[str, Any]
+    previous: list[tuple[Any, Any]] = field(default_factory=list)
+    graphs: int = 0
+    breaks: dict[str, int] = field(default_factory=dict)
+
+    def finish(self, trained: bool) -> list[str]:
+        """Run every module uncompiled again; notes on what the fit left uncompiled.
+
+        ``trained``: whether training steps ran (a fit that failed before them says nothing).
+        """
+        for module, impl in reversed(self.previous):
+            module._compiled_call_impl = impl
+        self.previous.clear()
+        graphs, breaks = _dynamo_counts()
+        if not trained:
+            return []
+        notes = []
+        if graphs == self.graphs:
+            compiled = ", ".join(self.modules)
+            notes.append(
+                f"compile={self.value} ran nothing compiled: the training step called none of "
+                f"the compiled modules ({compiled}). Work written in training_step itself (a "
+                "step that computes x @ self.weight, say) is not compiled, as self.log there "
+                "would break the graph: put it in forward or in a submodule to compile it."
+            )
+        new_breaks = {r: n - self.breaks.get(r, 0) for r, n in breaks.items()}
+        new_breaks = {r: n for r, n in new_breaks.items() if n > 0}
+        if new_breaks:
+            reason = max(new_breaks, key=new_breaks.__getitem__)
+            notes.append(
+                f"compile={self.value}: the compiled code has graph breaks, where Python ran "
+                f"uncompiled between compiled pieces (most often: {reason.splitlines()[0][:160]})."
+            )
+        return notes
+
+
+def compile_step(model: Any, value: str) -> CompiledStep:
+    """Compile the model's call and its weighted children in place, for ``compile=value``."""
+    mode = None if value in ("on", "default") else value
+    graphs, breaks = _dynamo_counts()
+    compiled = CompiledStep(value, step_modules(model), graphs=graphs, breaks=breaks)
+    try:
+        for module in compiled.modules.values():
+            compiled.previous.append((module, module._compiled_call_impl))
+            module._compiled_call_impl = _compiled_call(module, mode)
+    except BaseException:
+        compiled.finish(trained=False)
+        raise
+    return compiled

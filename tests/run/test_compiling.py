@@ -1,0 +1,147 @@
+"""The compile knob compiles what the training step runs, whichever module it calls, and the
+model runs uncompiled after the fit. Real Lightning training, real torch.compile (inductor)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.utils import counters
+from torch.nn import functional as F
+
+from speedlab.labs import QUIET_TRAINER, known_cost_loader
+from speedlab.results.run import RunResult
+from speedlab.run.compiling import compile_step
+from speedlab.run.intercept import Intercept, RunControls
+from speedlab.run.knobs import Knobs
+
+
+class SubmoduleStep(pl.LightningModule):
+    """The common shape: ``training_step`` calls ``self.net(x)``, ``forward`` is never run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.Linear(32, 2))
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.predict(x), y)
+        self.log("train_loss", loss)  # why the step itself is not compiled
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class ForwardStep(SubmoduleStep):
+    """The other shape: the step calls ``self(x)``, whose ``forward`` calls ``self.net(x)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x)
+
+
+class OwnWeightStep(SubmoduleStep):
+    """A step whose work is in no module: nothing of it can be compiled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 2))
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+@pytest.fixture
+def no_graph_cache() -> Iterator[None]:
+    """Each compile compiles: an earlier test's cached graph would make its phase a cache read."""
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        yield
+
+
+def graphs() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def fit(model: pl.LightningModule, compile: str) -> tuple[RunResult, list[str], pl.Trainer]:
+    with Intercept(Knobs(compile=compile), RunControls(steps=8, warmup=2)) as run:
+        trainer = pl.Trainer(accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(model, known_cost_loader(n=200, batch_size=8))
+    return run.fits[0].probe.result(), run.fits[0].notes, trainer
+
+
+def compiled_modules(model: nn.Module) -> list[str]:
+    return [name for name, m in model.named_modules() if m._compiled_call_impl is not None]
+
+
+@pytest.mark.parametrize("shape", [SubmoduleStep, ForwardStep])
+def test_compile_on_runs_the_steps_module_compiled_and_undoes_it(
+    shape: type[SubmoduleStep], no_graph_cache: None
+) -> None:
+    model = shape()
+    plain, _, _ = fit(model, "off")
+    before = graphs()
+    compiled, notes, trainer = fit(model, "on")
+    assert graphs() > before  # dynamo compiled the step's module
+    assert compiled.phases["compile"] > max(0.1, 2 * plain.records["wall"][0])
+    assert notes == []
+    assert "train_loss" in trainer.callback_metrics  # self.log in the step still works
+    # After the fit the model is the user's again: nothing compiled, and a plain fit compiles
+    # nothing and has no compile phase.
+    assert compiled_modules(model) == []
+    before = graphs()
+    again, notes, _ = fit(model, "off")
+    assert graphs() == before and notes == []
+    assert again.phases["compile"] == 0 and again.steps == 8
+
+
+def test_a_step_with_nothing_to_compile_says_so() -> None:
+    model = OwnWeightStep()
+    _, notes, trainer = fit(model, "on")
+    [note] = notes
+    assert note.startswith("compile=on ran nothing compiled")
+    assert "(forward, net)" in note and "x @ self.weight" in note
+    assert "train_loss" in trainer.callback_metrics
+    assert compiled_modules(model) == []
+
+
+class Broken(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.ReLU()])
+        self.loss = nn.MSELoss()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        torch._dynamo.graph_break()
+        return self.b(x)
+
+
+def test_modules_compiled_are_the_weighted_ones_and_graph_breaks_are_noted() -> None:
+    model = Broken()
+    model.b._compiled_call_impl = users_own = object()  # the user's own compile comes back
+    step = compile_step(model, "on")
+    assert list(step.modules) == ["forward", "a", "b", "blocks.0"]
+    try:
+        model(torch.randn(2, 4))
+    finally:
+        notes = step.finish(trained=True)
+        torch._dynamo.reset()
+    [note] = notes
+    assert note.startswith("compile=on: the compiled code has graph breaks")
+    assert "graph_break()" in note
+    assert model.b._compiled_call_impl is users_own
+    model.b._compiled_call_impl = None
+    assert compiled_modules(model) == []
