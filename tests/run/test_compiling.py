@@ -3,6 +3,7 @@ model runs uncompiled after the fit. Real Lightning training, real torch.compile
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import lightning.pytorch as pl
@@ -58,6 +59,19 @@ class OwnWeightStep(SubmoduleStep):
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.weight
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_pool() -> None:
+    """Start every thread of inductor's compile pool before the tests. torch keeps that pool
+    for the whole process once a compile starts it (and reuses it), so the first test to
+    compile would otherwise be charged with its threads as leftovers."""
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+
+    threads = get_compile_threads()
+    if threads > 1:
+        together = threading.Barrier(threads)
+        list(AsyncCompile.pool().map(lambda _: together.wait(timeout=30), range(threads)))
 
 
 @pytest.fixture
