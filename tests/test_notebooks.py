@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
+from speedlab.measure.numerics import MATMUL_LEVELS, cpu_matmul_changes, matmul_effect
 from tests.nbexec import NOTEBOOKS, execute
 
 TIME_LIMIT_S = 180
@@ -79,13 +80,16 @@ def _io(f: dict) -> None:
 
 @lesson(
     "04_precision",
-    "{'notes': [r.notes for r in prec.runs], 'matmul': speedlab.last.runs[1].notes}",
+    "{'notes': [r.notes for r in prec.runs], 'matmul': [r.notes for r in speedlab.last.runs],"
+    " 'device': speedlab.last.runs[0].device}",
 )
 def _precision(f: dict) -> None:
     _, amp, fp16 = f["notes"]
     assert any("precision=amp ran as bf16-mixed" in n for n in amp)
     assert any("16-mixed is not supported on this hardware" in n for n in fp16)
-    assert any("matmul=high changes nothing measurable here" in n for n in f["matmul"])
+    if f["device"] == "cpu":  # each level's note says what it measurably did on this CPU
+        for level, notes in zip(MATMUL_LEVELS, f["matmul"], strict=True):
+            assert matmul_effect(level, None, cpu_matmul_changes(level)) in notes
 
 
 @lesson("05_compile", "{'compile': [r.phases.get('compile', 0) for r in comp.runs]}")

@@ -4,11 +4,9 @@ hardware the run measured can do about it."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 from speedlab.analysis.data import waiting_share
 from speedlab.analysis.findings import Finding, batch_size
+from speedlab.measure.numerics import cpu_has_bf16, cpu_matmul_changes
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 
@@ -22,20 +20,6 @@ OVERHEAD_STEP_CRITICAL_S = 0.004
 """Median step time below which overhead is most of the step (critical)."""
 BATCH_SIZE_FACTOR = 4
 """How much larger a batch the doctor suggests for an overhead-bound run."""
-
-
-@cache
-def cpu_has_bf16() -> bool | None:
-    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX); None where unknown."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
-        [],
-    )
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def overhead_bound(run: RunResult) -> list[Finding]:
@@ -73,7 +57,9 @@ def model_bound(run: RunResult) -> list[Finding]:
     if run.device != "cpu":
         advice = (
             "Speed up the compute: mixed precision (--precision amp) uses the tensor cores, "
-            "--compile on fuses kernels, --matmul high allows TF32 on Ampere and newer."
+            "--compile on fuses kernels, and --matmul high runs float32 matmuls (Linear layers) "
+            "in TF32 on Ampere and newer; it does not touch convolutions, which cuDNN runs in "
+            "TF32 already."
         )
         if k.get("precision") in (None, "32-true", "64-true"):
             return [Finding("model_bound", evidence, advice, "precision", "info", "amp")]
@@ -81,8 +67,15 @@ def model_bound(run: RunResult) -> list[Finding]:
             return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
         return [Finding("model_bound", evidence, advice, "matmul", "info", "high")]
     bf16 = cpu_has_bf16()
+    matmul = (
+        "--matmul medium runs its larger float32 matmuls in bf16, --matmul high changes nothing "
+        "(no TF32 on this CPU); "
+        if cpu_matmul_changes("medium")
+        else "--matmul changes nothing (no TF32 or bf16 matmul units); "
+    )
     advice = (
-        "On this CPU: --matmul changes nothing (TF32 needs an NVIDIA GPU); "
+        "On this CPU: "
+        + matmul
         + (
             "this CPU has bf16 instructions, so --precision bf16-mixed may help. "
             if bf16

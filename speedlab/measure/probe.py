@@ -68,6 +68,15 @@ def samples_of(batch: Any, loaders: Any) -> int:
     return batch_size_of(batch)
 
 
+def loader_workers(loaders: Any) -> int:
+    """Worker processes of the training loaders (one loader, or a dict or list of them)."""
+    if isinstance(loaders, Mapping):
+        return sum(loader_workers(part) for part in loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return sum(loader_workers(part) for part in loaders)
+    return int(getattr(loaders, "num_workers", 0) or 0)
+
+
 class _SpeedProbeCore:
     """Measurement logic of SpeedProbe; combined below with every installed Callback base."""
 
@@ -122,6 +131,7 @@ class _SpeedProbeCore:
         self._batch_start = self._batch_end = self._hook_start = 0.0
         self._batch_samples = 0
         self._loaders: Any = None  # a dict or list of training loaders, if several
+        self._loader_workers = 0
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._cuda: CudaTimer | None = None
@@ -226,6 +236,7 @@ class _SpeedProbeCore:
         self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
+        self._loader_workers = loader_workers(loaders)
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
             self._cuda = CudaTimer()
@@ -333,6 +344,7 @@ class _SpeedProbeCore:
             notes=notes,
             wall_time=_perf() - self._t0,
             device=getattr(self, "device", "cpu"),
+            workload={"loader_workers": self._loader_workers},
             host_syncs=self._syncs.result() if self._syncs is not None else {},
         )
 

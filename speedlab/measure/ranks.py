@@ -240,6 +240,7 @@ def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
         wall_time=max(r.wall_time for r in results),
         device=results[0].device,
         ranks=ranks,
+        workload=dict(results[0].workload),
         host_syncs=results[0].host_syncs,
     )
 

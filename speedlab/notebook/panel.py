@@ -58,8 +58,8 @@ def hardware_limits() -> dict[str, dict[str, str]]:
 
     limits: dict[str, dict[str, str]] = {}
     if torch.cuda.is_available():
-        if not torch.cuda.is_bf16_supported():
-            reason = "this GPU has no bf16 support (it needs NVIDIA Ampere or newer)"
+        if not torch.cuda.is_bf16_supported(including_emulation=False):
+            reason = "this GPU would only emulate bf16, slowly (native bf16 needs Ampere or newer)"
             limits["precision"] = {"bf16-mixed": reason, "bf16-true": reason}
     else:
         limits["precision"] = {

@@ -145,12 +145,15 @@ class RunResult:
         return self.steps - len(self._steady()) + measurements * max(1, self.loader_workers())
 
     def loader_workers(self) -> int:
-        """DataLoader workers of the run: the knob when set, else the workers that stamped
-        batches. Without stamps, the child processes the sampler saw, if they did any work: an
-        idle child (such as multiprocessing's resource tracker) is not a worker."""
+        """DataLoader workers of the run: the knob when set, else the training loaders'
+        ``num_workers`` as the probe saw them. Results stored before the probe recorded it fall
+        back to the workers that stamped batches, then to busy child processes (which a
+        torch.compile run's compile workers would also count)."""
         workers = self.knobs.get("workers")
         if isinstance(workers, int):
             return workers
+        if "loader_workers" in self.workload:
+            return int(self.workload["loader_workers"])
         stamps = self.records.get("pipeline")
         if stamps is not None:
             return len(set(stamps.get("worker", [])))

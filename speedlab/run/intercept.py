@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
+from speedlab.measure.numerics import amp_choice, cpu_matmul_changes, cuda_math, matmul_effect
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.run.compiling import CompiledStep, compile_step
@@ -82,31 +83,32 @@ class FitRecord:
 
 
 def resolve_precision(requested: str, notes: list[str]) -> str:
-    """``amp`` -> the best mixed precision this hardware has."""
+    """``amp`` -> the best mixed precision this hardware runs natively."""
     if requested != "amp":
         return requested
     import torch
 
     if torch.cuda.is_available():
-        chosen = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
-        notes.append(f"precision=amp ran as {chosen} on {torch.cuda.get_device_name()}.")
+        name, _, native_bf16 = cuda_math(torch)
+        chosen = amp_choice(cuda=True, native_bf16=native_bf16)
+        why = "bf16 runs natively" if native_bf16 else "bf16 would only be emulated (slow)"
+        notes.append(f"precision=amp ran as {chosen} on {name}: {why} there.")
     else:
-        chosen = "bf16-mixed"
+        chosen = amp_choice(cuda=False, native_bf16=False)
         notes.append(
-            "precision=amp ran as bf16-mixed: without a CUDA GPU, bf16 autocast on the CPU is the "
+            f"precision=amp ran as {chosen}: without a CUDA GPU, bf16 autocast on the CPU is the "
             "only mixed precision (fp16 AMP is GPU-only)."
         )
     return chosen
 
 
-def _hardware_notes(knobs: Knobs, notes: list[str]) -> None:
+def _matmul_note(level: str) -> str:
+    """What ``--matmul level`` does on this machine (measured on the CPU, see numerics)."""
     import torch
 
-    if knobs.matmul in ("high", "medium") and not torch.cuda.is_available():
-        notes.append(
-            f"matmul={knobs.matmul} changes nothing measurable here: TF32/bf16 matmuls need an "
-            "NVIDIA Ampere or newer GPU, and CPU float32 matmuls stay float32."
-        )
+    if torch.cuda.is_available():
+        return matmul_effect(level, cuda_math(torch), cpu_changes=False)
+    return matmul_effect(level, None, cpu_changes=cpu_matmul_changes(level))
 
 
 def restore_sigint(handler: Any) -> None:
@@ -186,7 +188,7 @@ class Intercept:
         try:
             if self.knobs.matmul is not None:
                 torch.set_float32_matmul_precision(self.knobs.matmul)
-            _hardware_notes(self.knobs, self.notes)
+                self.notes.append(_matmul_note(self.knobs.matmul))
             for cls in trainer_classes():
                 self._patch(cls, "__init__", self._wrap_init(cls.__init__))
                 self._patch(cls, "fit", self._wrap_fit(cls.fit))

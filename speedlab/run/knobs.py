@@ -123,7 +123,8 @@ KNOBS: dict[str, KnobSpec] = {
             "16-mixed is not supported and bf16-mixed only pays off on CPUs with bf16 "
             "instructions (AVX512-BF16, AMX); elsewhere it is often slower than 32-true. "
             "16-true and bf16-true cast the whole model (less memory, a risk to convergence). "
-            "amp picks the best mixed precision this hardware has.",
+            "amp picks the best mixed precision this hardware runs natively: bf16-mixed on "
+            "Ampere or newer and on a CPU, 16-mixed on older GPUs (where bf16 is only emulated).",
             PRECISIONS,
         ),
         KnobSpec(
@@ -176,10 +177,14 @@ KNOBS: dict[str, KnobSpec] = {
             "matmul",
             _choice("highest", "high", "medium"),
             "one of highest, high, medium",
-            "torch.set_float32_matmul_precision: highest computes float32 matrix multiplies in "
-            "full float32; high allows TF32 and medium bf16 internally, on hardware that has "
-            "them (NVIDIA Ampere and newer), for up to several times faster matmuls at slightly "
-            "lower precision. On CPUs and older GPUs it usually changes nothing.",
+            "torch.set_float32_matmul_precision, for float32 matrix multiplies (Linear layers, "
+            "@), not convolutions. highest: full float32. high: TF32 on NVIDIA GPUs from Ampere "
+            "(A100, RTX 30xx) on; x86 CPUs have no TF32. medium: TF32 on those GPUs as well, and "
+            "bf16 for the larger matmuls on CPUs with bf16 instructions (AVX512-BF16, AMX). TF32 "
+            "and bf16 keep fewer significant digits than float32 (bf16 about 3 of its 7): faster "
+            "matmuls, slightly different results. On other hardware it changes nothing, and "
+            "cuDNN already runs convolutions in TF32 by default, so a ConvNet gains little. The "
+            "run's note says what it did on this machine.",
             ("highest", "high", "medium"),
         ),
         KnobSpec(

@@ -137,7 +137,7 @@ def run_once(
         result.knobs = knobs.as_dict() | ({"fit": i + 1} if len(session.fits) > 1 else {})
         result.notes = session.notes + fit.notes + result.notes + reaped
         result.phases["preload"] = fit.preload_s
-        result.workload = fit.workload()
+        result.workload |= fit.workload()
         result.diagnosis = diagnose(result, lint_findings=_lint(fit.model))
         if fit.exception is not None:  # the ranks' own account of a failure comes first
             result.error = result.error or describe_error(fit.exception)

@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from speedlab.labs import KnownCostModel, known_cost_loader
-from speedlab.measure.probe import BATCH_ACTION, SpeedProbe, batch_size_of, samples_of
+from speedlab.measure.probe import (
+    BATCH_ACTION,
+    SpeedProbe,
+    batch_size_of,
+    loader_workers,
+    samples_of,
+)
 
 
 def trainer(probe: SpeedProbe, package=pl, **kwargs) -> pl.Trainer:
@@ -284,6 +290,20 @@ def test_samples_of_several_loaders_add_up() -> None:
     assert samples_of([pair, other], ["loader a", "loader b"]) == 6
     assert samples_of({"a": pair, "b": None}, loaders) == 4  # mode "max_size": b is done
     assert samples_of(pair, "one loader") == 4
+
+
+class FirstOfTwo(KnownCostModel):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch["a"], batch_idx)
+
+
+def test_the_loaders_workers_are_recorded_from_the_loaders_not_counted_from_processes() -> None:
+    probe = SpeedProbe(sample_system=False)
+    loaders = {"a": known_cost_loader(n=64, num_workers=1), "b": known_cost_loader(n=64)}
+    trainer(probe, max_steps=3).fit(FirstOfTwo(), train_dataloaders=loaders)
+    assert loader_workers(loaders) == 1
+    assert probe.result().workload == {"loader_workers": 1}
+    assert probe.result().loader_workers() == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -121,7 +121,7 @@ def test_every_knob_has_a_teaching_text(knob: str) -> None:
     [
         ("pin_memory", "without a GPU"),
         ("precision", "On a CPU"),
-        ("matmul", "On CPUs"),
+        ("matmul", "not convolutions"),
         ("compile", "break-even"),
         ("workers", "compete"),
         ("persistent-workers", "workers=0"),

@@ -1,0 +1,127 @@
+"""Which reduced-precision math this machine runs natively, and what torch's float32 matmul
+precision levels set: the facts behind the ``precision=amp`` choice, the ``--matmul`` notes and
+the doctor's advice on a model-bound run.
+
+``torch.set_float32_matmul_precision`` sets two backends at once (torch 2.9 and newer read them
+back as ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.mkldnn.matmul
+.fp32_precision``): cuBLAS on a CUDA GPU and oneDNN on the CPU. It covers matrix multiplies
+(Linear layers, ``@``), not convolutions: cuDNN runs float32 convolutions in TF32 already by
+default (``torch.backends.cudnn.allow_tf32``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+MATMUL_LEVELS = ("highest", "high", "medium")
+MATMUL_MODES: dict[str, dict[str, str]] = {
+    "highest": {"cuda": "ieee", "cpu": "ieee"},
+    "high": {"cuda": "tf32", "cpu": "tf32"},
+    "medium": {"cuda": "tf32", "cpu": "bf16"},
+}
+"""What each level asks of cuBLAS (``cuda``) and oneDNN (``cpu``) for float32 matmuls; ``ieee``
+is full float32. A backend without the unit keeps full float32."""
+
+_MODE_NAMES = {"ieee": "full float32", "tf32": "TF32", "bf16": "bf16"}
+
+
+def matmul_modes(level: str) -> dict[str, str]:
+    """What torch sets for ``level``, read back from its backends (the level is restored)."""
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(level)
+    try:
+        return {
+            "cuda": torch.backends.cuda.matmul.fp32_precision,
+            "cpu": torch.backends.mkldnn.matmul.fp32_precision,
+        }
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@cache
+def cpu_matmul_changes(level: str, size: int = 256) -> bool:
+    """Whether ``level`` changes a float32 matmul's result on this CPU, against ``highest``.
+
+    Measured, not inferred from CPU flags: oneDNN takes the reduced precision only where the CPU
+    has the unit, and only for matmuls above a size of its own (a 128x128 product stays float32
+    on a CPU where a 256x256 one runs in bf16).
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        full = a @ b
+        torch.set_float32_matmul_precision(level)
+        return not torch.equal(full, a @ b)
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@cache
+def cpu_has_bf16() -> bool | None:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX); None where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def cuda_math(torch: Any) -> tuple[str, bool, bool]:
+    """The current CUDA GPU's name, whether it has TF32 units and whether it runs bf16 natively
+    (both from Ampere on; ``is_bf16_supported()`` alone also counts emulation, which is slow)."""
+    major, _ = torch.cuda.get_device_capability()
+    native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.cuda.get_device_name(), major >= 8, native_bf16
+
+
+def amp_choice(cuda: bool, native_bf16: bool) -> str:
+    """The mixed precision ``amp`` means: bf16 where the GPU runs it natively (no loss scaling
+    needed), fp16 on older GPUs, and bf16 on a CPU, the only mixed precision there."""
+    if cuda and not native_bf16:
+        return "16-mixed"
+    return "bf16-mixed"
+
+
+def matmul_effect(level: str, cuda: tuple[str, bool, bool] | None, cpu_changes: bool) -> str:
+    """One sentence on what ``--matmul level`` does on this machine: a CUDA GPU described by
+    ``cuda_math``, or else the CPU, where ``cpu_changes`` is ``cpu_matmul_changes(level)``."""
+    if cuda is not None:
+        name, tf32, _ = cuda
+        mode = MATMUL_MODES[level]["cuda"]
+        if mode == "ieee":
+            return f"matmul={level}: float32 matmuls run in full float32 on {name}."
+        if not tf32:
+            return (
+                f"matmul={level} changes nothing on {name}: TF32 needs an NVIDIA Ampere or "
+                "newer GPU."
+            )
+        return (
+            f"matmul={level}: float32 matmuls (Linear layers, @) run in TF32 on {name}. "
+            "Convolutions are not affected: cuDNN runs them in TF32 already by default."
+        )
+    mode = MATMUL_MODES[level]["cpu"]
+    if mode == "ieee":
+        return f"matmul={level}: float32 matmuls run in full float32 on this CPU."
+    if cpu_changes:
+        return (
+            f"matmul={level}: oneDNN runs this CPU's larger float32 matmuls (Linear layers, @) "
+            f"in {_MODE_NAMES[mode]}: faster, with fewer significant digits (bf16 keeps about 3 "
+            "of float32's 7)."
+        )
+    return (
+        f"matmul={level} changes nothing measurable on this CPU: it asks oneDNN for "
+        f"{_MODE_NAMES[mode]} matmuls, which this CPU does not have, so float32 matmuls stay "
+        "full float32."
+    )

@@ -1,0 +1,69 @@
+"""speedlab.measure.numerics: what each matmul level sets, read back from torch, and what amp
+picks. The CUDA read-back is torch's own setting (it needs no GPU); the GPU's effect is the
+gpu tests'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from speedlab.measure.numerics import (
+    MATMUL_LEVELS,
+    MATMUL_MODES,
+    amp_choice,
+    cpu_has_bf16,
+    cpu_matmul_changes,
+    cuda_math,
+    matmul_effect,
+    matmul_modes,
+)
+
+
+@pytest.mark.parametrize("level", MATMUL_LEVELS)
+def test_each_level_sets_what_the_table_says_for_cuda_and_onednn_and_is_restored(
+    level: str,
+) -> None:
+    before = torch.get_float32_matmul_precision()
+    assert matmul_modes(level) == MATMUL_MODES[level]
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_highest_never_changes_a_cpu_matmul_and_medium_changes_one_exactly_on_bf16_cpus() -> None:
+    assert not cpu_matmul_changes("highest")
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "flags" not in flags:
+        pytest.skip("no x86 CPU flags to compare with")
+    assert cpu_matmul_changes("medium") == cpu_has_bf16()
+
+
+def test_the_cpu_note_follows_the_measurement() -> None:
+    assert "changes nothing measurable on this CPU" in matmul_effect("high", None, False)
+    assert "full float32" in matmul_effect("highest", None, False)
+    assert "in bf16" in matmul_effect("medium", None, True)
+
+
+def test_the_gpu_note_says_tf32_only_from_ampere_and_names_convolutions() -> None:
+    ampere = matmul_effect("high", ("A100", True, True), False)
+    assert "TF32 on A100" in ampere and "Convolutions are not affected" in ampere
+    assert "changes nothing on T4" in matmul_effect("medium", ("T4", False, False), False)
+    assert "full float32 on A100" in matmul_effect("highest", ("A100", True, True), False)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "native_bf16", "chosen"),
+    [(True, True, "bf16-mixed"), (True, False, "16-mixed"), (False, False, "bf16-mixed")],
+)
+def test_amp_never_picks_emulated_bf16(cuda: bool, native_bf16: bool, chosen: str) -> None:
+    assert amp_choice(cuda, native_bf16) == chosen
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_on_this_gpu_amp_and_the_matmul_note_follow_its_capability() -> None:
+    name, tf32, native_bf16 = cuda_math(torch)
+    assert native_bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
+    assert tf32 == (torch.cuda.get_device_capability()[0] >= 8)
+    assert amp_choice(True, native_bf16) == ("bf16-mixed" if native_bf16 else "16-mixed")
+    assert name in matmul_effect("high", (name, tf32, native_bf16), False)
