@@ -34,6 +34,8 @@ keep up: a data wait is then the hand-over of batches to the main process, not t
 IOWAIT_NOTABLE = 5.0
 """Machine iowait percent worth naming in the evidence (real disks; a simulated throttle sleeps
 and shows none)."""
+IN_MEMORY_DATASETS = frozenset({"TensorDataset"})
+"""Datasets whose samples are tensors in memory: their loading cost is indexing and collation."""
 
 
 def workers_making(run: RunResult) -> float | None:
@@ -125,6 +127,14 @@ def data_bound(run: RunResult) -> list[Finding]:
             f"{fmt_ms(run.data_time)}), and compute {fmt_ms(run.batch_time)}: data is {share:.0%} of "
             "the time."
         )
+    making = workers_making(run) if workers else None
+    if making is not None and making < WORKERS_KEEP_UP:
+        return [_handover(run, head, making, severity)]
+    if run.workload.get("dataset") in IN_MEMORY_DATASETS and run.knobs.get("preload") in (
+        None,
+        "off",
+    ):
+        return [_in_memory(run, head, severity)]
     busy = loader_busy(run)
     if busy is None:
         return [
@@ -138,9 +148,6 @@ def data_bound(run: RunResult) -> list[Finding]:
                 max(1, cores - threads),
             )
         ]
-    making = workers_making(run) if workers else None
-    if making is not None and making < WORKERS_KEEP_UP:
-        return [_handover(run, head, making, severity)]
     if workers:
         who = (
             f"The {workers} worker(s) used {run.system['workers_cpu_percent']:.0f}% of a core "
@@ -165,12 +172,7 @@ def data_bound(run: RunResult) -> list[Finding]:
         f"; the machine's iowait was {iowait:.0f}%." if iowait and iowait >= IOWAIT_NOTABLE else "."
     )
     others = other_processes_cores(run)
-    if others >= CONTENDED_CORES:
-        who += (
-            f" Other processes used about {others:.1f} of the machine's "
-            f"{run.system.get('cores')} cores meanwhile: this run's figures are slower than on a "
-            "quiet machine."
-        )
+    who += _contention(run)
     preload = run.knobs.get("preload")
     if preload in ("ram", "shm"):
         who += (
@@ -182,6 +184,37 @@ def data_bound(run: RunResult) -> list[Finding]:
     elif busy < LOADER_BUSY_MIN:
         return [_io_bound(run, head + " " + who, severity)]
     return [_cpu_bound(run, head + " " + who, severity)]
+
+
+def _contention(run: RunResult) -> str:
+    """A sentence on other processes' use of the cores, where it slowed the run ('' if not)."""
+    others = other_processes_cores(run)
+    if others < CONTENDED_CORES:
+        return ""
+    return (
+        f" Other processes used about {others:.1f} of the machine's {run.system.get('cores')} "
+        "cores meanwhile: this run's figures are slower than on a quiet machine."
+    )
+
+
+def _in_memory(run: RunResult, head: str, severity: str) -> Finding:
+    """A wait for samples that are tensors in memory already: CPU work, never storage."""
+    where = (
+        f"in {run.loader_workers()} worker(s)" if run.loader_workers() else "in the main process"
+    )
+    evidence = (
+        f"{head} The samples are tensors in memory ({run.workload['dataset']}): nothing is read "
+        f"from storage, so the wait is CPU work {where}, indexing one row at a time and "
+        "collating the rows into a batch." + _contention(run)
+    )
+    advice = (
+        "--preload ram would cache the same tensors, and workers would split work that is "
+        "mostly Python overhead per row. Index whole batches at once: DataLoader(dataset, "
+        "sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), "
+        "batch_size=None) makes the dataset gather each batch in one operation; a larger "
+        "--batch-size spreads the rest."
+    )
+    return Finding("cpu_bound", evidence, advice, None, severity)
 
 
 def _handover(run: RunResult, head: str, making: float, severity: str) -> Finding:
@@ -243,7 +276,8 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     )
     if preload in (None, "off"):
         advice = (
-            "Decoding and augmenting keep the loader's CPU busy. "
+            "Building batches keeps the loader's CPU busy: reading and decoding the samples, "
+            "augmenting them, collating them. "
             + tight
             + "--preload ram decodes every sample once, before training (augmentation still runs "
             "each step); DataLoader workers (--workers N) decode in parallel and pay off when "

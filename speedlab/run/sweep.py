@@ -232,15 +232,16 @@ def run_sweep(
             name=spec.name, cell_hash=cell_hash(source), env=system_info()
         )
     view = view or LiveView()
-    runs: list[RunResult] = []
+    replicates: list[list[RunResult]] = [[] for _ in spec.plan]
     shown: set[str] = set()
     position = 0
     interrupted = False
     try:
         view.start_sweep(spec)
-        for knobs in spec.plan:
-            replicates: list[RunResult] = []
-            for attempt in range(spec.repeat):
+        # Repeats go round the plan (A B A B, not A A B B): drift over time, such as a machine
+        # warming up or another job starting, then lands on every configuration alike.
+        for attempt in range(spec.repeat):
+            for i, knobs in enumerate(spec.plan):
                 view.start_run(knobs, attempt)
                 results, error = run_once(train_fn, knobs, spec.controls, view=view)
                 for result in results:
@@ -248,7 +249,7 @@ def run_sweep(
                         run_store.add_run(sweep_id, position, result.to_dict())
                     position += 1
                     view.end_run(result)
-                replicates += results
+                replicates[i] += results
                 if isinstance(error, Exception) and describe_error(error) not in shown:
                     shown.add(describe_error(error))  # the same failure in every run: shown once
                     if isinstance(error, KnobRefused):  # refused before training: its one line
@@ -258,12 +259,12 @@ def run_sweep(
                 if isinstance(error, KeyboardInterrupt):
                     interrupted = True
                     break
-            runs += _merge_by_fit(replicates)
             if interrupted:
                 break
     finally:
         if run_store is not None:
             run_store.close()
+    runs = [run for group in replicates if group for run in _merge_by_fit(group)]
     sweep = SweepResult(runs, name=spec.name)
     scaling_notes(sweep)
     sweep.diagnosis = diagnose_sweep(sweep)

@@ -97,3 +97,26 @@ def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> 
     run.system["cpu_percent"] = 50.0  # the same run on a quiet machine: storage, and a knob
     quiet = the(diagnose(run), "io_bound")
     assert quiet.severity == "critical" and quiet.knob == "workers"
+
+
+def test_a_wait_for_tensors_in_memory_is_cpu_work_never_storage() -> None:
+    # The tabular lab's shape: a TensorDataset, a quarter of each step waiting for its batch,
+    # the loader looking idle to the sampler (a 0.2 ms wait is shorter than its period).
+    run = run_of([0.0002] * 30, [0.0008] * 30, knobs={"workers": 0})
+    run.workload = {"dataset": "TensorDataset", "loader_workers": 0}
+    run.system = {"cores": 2, "main_cpu_percent": 40.0, "train_thread_cpu_percent": 41.0}
+    found = the(diagnose(run), "cpu_bound")
+    assert "io_bound" not in kinds(diagnose(run))
+    assert "tensors in memory (TensorDataset)" in found.evidence
+    assert "indexing one row at a time" in found.evidence and "decod" not in found.advice
+    assert "BatchSampler" in found.advice and found.knob is None
+
+
+def test_the_tabular_lab_never_gets_storage_or_decoding_advice(
+    tabular_sweep: SweepResult,
+) -> None:
+    run = tabular_sweep.baseline
+    assert run.workload["dataset"] == "TensorDataset"
+    for found in diagnose(run):
+        assert found.kind != "io_bound"
+        assert "decod" not in found.advice.lower() and found.value != "ram"

@@ -105,6 +105,16 @@ def test_repeat_merges_replicates() -> None:
     assert len(history()) == 2  # each replicate is stored as it ends
 
 
+def test_repeats_go_round_the_plan_so_drift_lands_on_every_configuration() -> None:
+    sweep = profile_train(
+        train_known_cost, batch_size=[4, 8], steps=8, repeat=2, warmup=2, live=False
+    )
+    order = [h["knobs"]["batch_size"] for h in sorted(history(), key=lambda h: h["position"])]
+    assert order == [4, 8, 4, 8]
+    assert [r.knobs["batch_size"] for r in sweep.runs] == [4, 8]
+    assert [len(r.replicates) for r in sweep.runs] == [2, 2]
+
+
 def test_runs_are_stored_and_survive_a_new_process(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
     profile_train(
