@@ -5,6 +5,7 @@ and what still limits the best run."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from speedlab.analysis.compare import TOO_FEW, compare, run_cores
 from speedlab.analysis.compile import compile_payback
@@ -13,6 +14,7 @@ from speedlab.analysis.findings import (
     Finding,
     differs,
     in_doctors_order,
+    option_text,
     torch_threads,
     unique_findings,
 )
@@ -61,9 +63,10 @@ def _verdict(sweep: SweepResult) -> Finding:
             severity="info",
         )
     if best is base or c.verdict != "faster":
+        fastest = "" if best is base else f" (fastest: {best.label(base)}, {c})"
         return Finding(
             "verdict",
-            f"No run beat the baseline beyond noise (fastest: {best.label(base)}, {c})." + said,
+            f"No run beat the baseline beyond noise{fastest}." + said,
             "Keep the baseline configuration; the findings below say what limits it.",
             severity="info",
         )
@@ -107,17 +110,36 @@ def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
     return findings
 
 
+def _measured_here(sweep: SweepResult, best: RunResult, finding: Finding) -> Finding:
+    """``finding`` of the best run, or, where this sweep already measured its suggestion (a
+    run that differs from the best only there), the finding saying what that run measured."""
+    if finding.knob is None or finding.value is None:
+        return finding
+    for run in sweep.runs:
+        same_but_knob = run is not best and differs(best.knobs, run.knobs) == {finding.knob}
+        if same_but_knob and run.ok and run.knobs.get(finding.knob) == finding.value:
+            measured = (
+                f"{finding.advice} This sweep already measured "
+                f"{option_text(finding.knob, finding.value)} against it: {compare(best, run)}."
+            )
+            return replace(finding, advice=measured, knob=None, value=None)
+    return finding
+
+
 def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
     """The sweep's verdict, what only a sweep shows, and what still limits its best run.
 
-    First the ``verdict`` (best run, which single-knob changes helped beyond noise), then
-    compile payback and workers slowing the model, notebook traps of failed runs, and the best
-    run's own findings.
+    First the ``verdict`` (best run, which single-knob changes helped beyond noise; none for a
+    single run, which has nothing to compare), then compile payback and workers slowing the
+    model, notebook traps of failed runs, and the best run's own findings, each saying what
+    this sweep already measured of its suggestion.
     """
     findings = compile_payback(sweep) + _workers_slow_the_model(sweep)
     for run in sweep.runs:
         if not run.ok:
             findings += notebook_traps(run)
-    if sweep.best is not None:
-        findings += diagnose(sweep.best)
-    return [_verdict(sweep), *in_doctors_order(unique_findings(findings))]
+    best = sweep.best
+    if best is not None:
+        findings += [_measured_here(sweep, best, f) for f in diagnose(best)]
+    verdict = [] if len(sweep.runs) == 1 and best is not None else [_verdict(sweep)]
+    return verdict + in_doctors_order(unique_findings(findings))

@@ -74,10 +74,11 @@ def progress_line(s: Snapshot, label: str) -> str:
 
 
 class TerminalView(LiveView):
-    """One line rewritten in place on a TTY, a summary per run, the table at the end.
+    """One line rewritten in place on a TTY and a summary per run.
 
     On a stream that is not a TTY (a log file, CI) the live line is left out: only the run
-    summaries and the table are written.
+    summaries are written. The table is the result's to show (the magic displays it, a script
+    prints it), so it appears once.
     """
 
     def __init__(self, stream: TextIO | None = None) -> None:
@@ -96,11 +97,6 @@ class TerminalView(LiveView):
         for note in result.notes:
             self.stream.write(f"    note: {note}\n")
         self.stream.flush()
-
-    def end_sweep(self, sweep: Any) -> None:
-        if len(sweep.runs) > 1:
-            self.stream.write(str(sweep.table()) + "\n")
-            self.stream.flush()
 
 
 class Handle(Protocol):

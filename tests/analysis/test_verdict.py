@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
-from tests.doctor_runs import the
+from tests.doctor_runs import kinds, the
+from tests.records import run_of
 
 
 def test_the_verdict_names_the_best_run_and_what_helped(batch_sweep: SweepResult) -> None:
@@ -12,3 +14,34 @@ def test_the_verdict_names_the_best_run_and_what_helped(batch_sweep: SweepResult
     assert verdict.evidence.startswith("Best: batch_size=16 at ")
     assert "faster" in verdict.evidence and "Helped: batch_size=16" in verdict.evidence
     assert verdict.advice == "Keep batch_size=16."
+
+
+def waiting_on_storage(workers: int, batch_s: float) -> RunResult:
+    """A run whose steps wait 20 ms for data while the loading is idle: storage-bound."""
+    run = run_of([0.02] * 30, [batch_s] * 30, knobs={"workers": workers}, warmup=5)
+    run.system = {"cores": 2, "cpu_percent": 30.0, "main_cpu_percent": 25.0}
+    run.system |= {"train_thread_cpu_percent": 25.0, "workers_cpu_percent": 5.0 * workers}
+    return run
+
+
+def test_a_single_run_gets_findings_but_no_verdict_against_itself() -> None:
+    findings = diagnose_sweep(SweepResult([waiting_on_storage(0, 0.01)]))
+    assert findings and "verdict" not in kinds(findings)
+
+
+def test_advice_this_sweep_already_measured_says_what_it_measured_instead_of_try() -> None:
+    base, tried = waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)
+    sweep = SweepResult([base, tried])
+    assert sweep.best is base
+    alone = the(diagnose_sweep(SweepResult([base])), "io_bound")
+    assert (alone.knob, alone.value) == ("workers", 2) and "Try --workers 2." in str(alone)
+    found = the(diagnose_sweep(sweep), "io_bound")
+    assert found.knob is None and "Try --workers" not in str(found)
+    assert "This sweep already measured --workers 2 against it: 0." in found.advice
+    assert "slower" in found.advice or "too few" in found.advice
+
+
+def test_when_the_baseline_is_fastest_the_verdict_does_not_compare_it_with_itself() -> None:
+    sweep = SweepResult([waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)])
+    verdict = the(diagnose_sweep(sweep), "verdict")
+    assert verdict.evidence == "No run beat the baseline beyond noise. Slower: workers=2 0.43x."

@@ -184,7 +184,7 @@ def test_doctor_prints_the_findings_and_the_line_to_run_next(shell, capsys, monk
     capsys.readouterr()
     shell.run_line_magic("speedlab", "doctor")
     out = capsys.readouterr().out
-    assert out.startswith("[info] verdict: ")
+    assert "verdict" not in out  # one run: nothing to compare it with
     # A 12-step run is too short for the CPU sampler to tell a sleep from a spin, so which
     # data finding it is belongs to the doctor's own known-cost tests; here: each finding of
     # the run, then the experiment that follows from them.
