@@ -286,8 +286,15 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
         if spare > 0:
             return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
         return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
+    if preload == "shm":
+        advice = (
+            "preload=shm took the reads off storage, but every step still decodes the files. "
+            "--preload ram decodes each sample once, before training (augmentation still runs "
+            "each step), if the decoded samples fit in memory."
+        )
+        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
     advice = (
-        "The samples are already preloaded; what is left is the per-step transform "
+        "The samples are already decoded in memory; what is left is the per-step transform "
         "(augmentation, collation). " + tight
     )
     if spare > 0:

@@ -195,9 +195,13 @@ KNOBS: dict[str, KnobSpec] = {
             "serves it from memory: file reads and decoding leave the step. Datasets with a "
             "load/transform split keep their random augmentation per step; for other datasets "
             "the whole sample is cached, so random augmentation is frozen (the result says so). "
-            "shm copies the dataset's files to /dev/shm (memory-backed) and reads them there: "
-            "no disk latency, but decoding stays. Both need the data to fit in memory, their "
-            "time shows as the preload phase, and neither helps a compute-bound model.",
+            "shm copies the dataset's files to /dev/shm (memory-backed), reading each once from "
+            "the original storage, and trains from the copy: no storage latency, but decoding "
+            "stays. The OS page cache does much the same on its own once a file has been read "
+            "and memory is free, so a second epoch off a local disk is often fast already. Both "
+            "need the data to fit in memory, their time shows as the preload phase (it pays "
+            "back only if the steps save more than it costs), and neither helps a "
+            "compute-bound model.",
             ("off", "ram", "shm"),
         ),
         KnobSpec(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import shutil
 import sys
 import tempfile
@@ -180,18 +181,25 @@ def preload_shm(dataset: Any) -> Preloaded:
             f"--preload shm: the {len(files)} files need {_gb(need)}, but /dev/shm has only "
             f"{_gb(free)} free. Use --preload ram, or a larger /dev/shm (docker --shm-size)."
         )
+    # Each file is read the way training reads it (the dataset's opener: a slow disk stays
+    # slow), so the preload phase costs what a real copy off that storage costs.
+    opener = getattr(base, "opener", None) or functools.partial(open, mode="rb")
     target = Path(tempfile.mkdtemp(prefix="speedlab-", dir=SHM))
     try:
         for f in files:
             dest = target / Path(f).relative_to(root)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dest)
+            with opener(f) as source, dest.open("wb") as copy_to:
+                shutil.copyfileobj(source, copy_to)
         moved = copy.copy(base)
         moved.relocate(target)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    note = f"preload=shm copied {len(files)} files ({_gb(need)}) to /dev/shm; decoding still runs every step."
+    note = (
+        f"preload=shm copied {len(files)} files ({_gb(need)}) to /dev/shm, reading each from "
+        "the dataset's storage as training does; decoding still runs every step."
+    )
     return Preloaded(_rewrap(dataset, moved), [note], cleanup_dir=target)
 
 

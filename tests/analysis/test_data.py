@@ -120,3 +120,12 @@ def test_the_tabular_lab_never_gets_storage_or_decoding_advice(
     for found in diagnose(run):
         assert found.kind != "io_bound"
         assert "decod" not in found.advice.lower() and found.value != "ram"
+
+
+def test_after_preload_shm_decoding_still_runs_and_preload_ram_is_what_removes_it() -> None:
+    run = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0, "preload": "shm"})
+    run.workload = {"dataset": "ShapesDataset", "loader_workers": 0}
+    run.system = {"cores": 2, "main_cpu_percent": 95.0, "train_thread_cpu_percent": 95.0}
+    found = the(diagnose(run), "cpu_bound")
+    assert "every step still decodes" in found.advice
+    assert (found.knob, found.value) == ("preload", "ram")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -20,6 +22,7 @@ from speedlab.labs import (
     KnownCostDataset,
     KnownCostModel,
     ShapesDataset,
+    ThrottledOpener,
     make_shapes,
 )
 from speedlab.run.intercept import Intercept, RunControls
@@ -229,6 +232,19 @@ def test_preload_shm_copies_and_removes(lab_cache: Path) -> None:
     finally:
         loaded.cleanup()
     assert not Path(moved.root).exists()
+
+
+def test_preload_shm_reads_every_file_through_the_datasets_slow_storage(lab_cache: Path) -> None:
+    dataset = ShapesDataset(make_shapes(n=40, size=32), train=True)
+    dataset.opener = ThrottledOpener(bytes_per_s=math.inf, latency_s=0.01)
+    start = time.perf_counter()
+    loaded = preload_shm(dataset)
+    took = time.perf_counter() - start
+    try:
+        assert took >= 0.01 * len(dataset.files)  # each file waited its latency once
+        assert "reading each from the dataset's storage" in loaded.notes[0]
+    finally:
+        loaded.cleanup()
 
 
 def test_preload_shm_refuses_when_dev_shm_is_too_small(tmp_path: Path) -> None:
