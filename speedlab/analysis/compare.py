@@ -103,8 +103,9 @@ def spread_warning(throughput: Summary) -> str | None:
     if not throughput.relative_iqr > NOISY_IQR:
         return None
     return (
-        f"the interquartile range is {throughput.relative_iqr:.0%} of the median; other work on "
-        "the machine may have disturbed the run."
+        f"the interquartile range (the spread of the middle half of its measurements) is "
+        f"{throughput.relative_iqr:.0%} of the median; other work on the machine may have "
+        "disturbed the run."
     )
 
 

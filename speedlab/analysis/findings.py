@@ -32,6 +32,7 @@ KINDS = (
     "host_sync",
     "model_bound",
     "compile_payback",
+    "preload_payback",
 )
 """Every kind of finding, in the doctor's order: findings are listed, and autotune tries their
 knobs, in this order (a triage: what blocks or distorts the others first), then by severity.

@@ -1,5 +1,5 @@
 """The doctor on a whole sweep: the verdict (the best run, and which single-knob changes
-helped beyond noise), what only a sweep shows (compile payback, workers slowing the model),
+helped beyond noise), what only a sweep shows (compile and preload payback, workers slowing the model),
 and what still limits the best run."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import math
 from dataclasses import replace
 
 from speedlab.analysis.compare import TOO_FEW, compare, run_cores
-from speedlab.analysis.compile import compile_payback
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.findings import (
     Finding,
@@ -18,6 +17,7 @@ from speedlab.analysis.findings import (
     torch_threads,
     unique_findings,
 )
+from speedlab.analysis.payback import break_even, break_even_text, payback, pays_back, up_front_of
 from speedlab.analysis.traps import notebook_traps
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -70,10 +70,24 @@ def _verdict(sweep: SweepResult) -> Finding:
             "Keep the baseline configuration; the findings below say what limits it.",
             severity="info",
         )
+    unpaid = [
+        f"{spec.doing.lower()} ({spec.knob}={best.knobs[spec.knob]}) pays back its up-front time "
+        f"only {break_even_text(break_even(spec, without, best), best)}"
+        for spec, without in up_front_of(sweep, best)
+        if not pays_back(spec, without, best)
+    ]
+    keep = f"Keep {best.label(base)}."
+    if unpaid:
+        planned = best.workload.get("planned_steps")
+        length = f"the cell's own {planned} steps" if planned else "a run of unknown length"
+        keep = (
+            f"Fastest per step, but {'; '.join(unpaid)}: more than {length}. Keep "
+            f"{best.label(base)} only for longer training."
+        )
     return Finding(
         "verdict",
         f"Best: {best.label(base)} at {best.samples_per_s:.1f} samples/s, {c}." + said,
-        f"Keep {best.label(base)}.",
+        keep,
         severity="info",
     )
 
@@ -130,11 +144,11 @@ def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
     """The sweep's verdict, what only a sweep shows, and what still limits its best run.
 
     First the ``verdict`` (best run, which single-knob changes helped beyond noise; none for a
-    single run, which has nothing to compare), then compile payback and workers slowing the
+    single run, which has nothing to compare), then compile and preload payback and workers slowing the
     model, notebook traps of failed runs, and the best run's own findings, each saying what
     this sweep already measured of its suggestion.
     """
-    findings = compile_payback(sweep) + _workers_slow_the_model(sweep)
+    findings = payback(sweep) + _workers_slow_the_model(sweep)
     for run in sweep.runs:
         if not run.ok:
             findings += notebook_traps(run)

@@ -18,6 +18,7 @@ The hot path only appends floats to lists: no tensor allocation, no ``.item()``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,6 +78,20 @@ def loader_workers(loaders: Any) -> int:
     return int(getattr(loaders, "num_workers", 0) or 0)
 
 
+def training_plan(trainer: Any, own_max_steps: int | None = None) -> dict[str, int]:
+    """The fit's own length, as the cell wrote it: training batches an epoch (``epoch_steps``)
+    and in all (``planned_steps``), where finite. ``own_max_steps`` is the cell's ``max_steps``
+    where a caller replaced it to stop the run early (speedlab's ``--steps``): break-even
+    figures are read against the training the cell would do, not the part measured."""
+    per_epoch = getattr(trainer, "num_training_batches", math.inf)
+    max_steps = trainer.max_steps if own_max_steps is None else own_max_steps
+    limits = [per_epoch * trainer.max_epochs] if (trainer.max_epochs or -1) >= 0 else []
+    if max_steps >= 0:
+        limits.append(max_steps * trainer.accumulate_grad_batches)
+    plan = {"epoch_steps": per_epoch, "planned_steps": min(limits, default=math.inf)}
+    return {k: int(v) for k, v in plan.items() if math.isfinite(v)}
+
+
 class _SpeedProbeCore:
     """Measurement logic of SpeedProbe; combined below with every installed Callback base."""
 
@@ -87,6 +102,7 @@ class _SpeedProbeCore:
         *,
         sample_system: bool = True,
         compiled: bool | None = None,
+        own_max_steps: int | None = None,
     ) -> None:
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
             raise ValueError(
@@ -99,6 +115,7 @@ class _SpeedProbeCore:
             )
         self.warmup = warmup
         self.log_every_n_steps = log_every_n_steps
+        self.own_max_steps = own_max_steps
         self.sample_system = sample_system
         self.compiled = compiled
         self.records: dict[str, list] = empty_records()
@@ -131,7 +148,7 @@ class _SpeedProbeCore:
         self._batch_start = self._batch_end = self._hook_start = 0.0
         self._batch_samples = 0
         self._loaders: Any = None  # a dict or list of training loaders, if several
-        self._loader_workers = 0
+        self._workload: dict[str, int] = {}
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._cuda: CudaTimer | None = None
@@ -236,7 +253,8 @@ class _SpeedProbeCore:
         self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
-        self._loader_workers = loader_workers(loaders)
+        plan = training_plan(trainer, self.own_max_steps)
+        self._workload = {"loader_workers": loader_workers(loaders), **plan}
         self.device = str(pl_module.device.type)
         if self.device == "cuda":
             self._cuda = CudaTimer()
@@ -344,7 +362,7 @@ class _SpeedProbeCore:
             notes=notes,
             wall_time=_perf() - self._t0,
             device=getattr(self, "device", "cpu"),
-            workload={"loader_workers": self._loader_workers},
+            workload=dict(self._workload),
             host_syncs=self._syncs.result() if self._syncs is not None else {},
         )
 
@@ -385,6 +403,8 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
         sample_system: run the SystemSampler (CPU, RSS of workers, GPU) during the fit.
         compiled: whether the model is compiled (its first step is then the compile phase);
             ``None`` detects a model passed through ``torch.compile``.
+        own_max_steps: the cell's own ``max_steps`` where the caller replaced it to stop the
+            run early, so the result's ``workload["planned_steps"]`` is the cell's length.
 
     Example::
 

@@ -7,6 +7,7 @@ the fair-comparison rule's judgement (speedlab.analysis.compare), not the result
 from __future__ import annotations
 
 from speedlab.analysis.compare import compare, spread_warning
+from speedlab.analysis.payback import break_even, break_even_text, up_front_of
 from speedlab.measure.ranks import slowest_rank
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -29,22 +30,29 @@ def sweep_table(sweep: SweepResult) -> Table:
         "final loss",
         "notes",
     ]
+    versus = {
+        id(run): compare(sweep.baseline, run).verdict
+        for run in sweep.runs
+        if run is not sweep.baseline and run.speedup is not None
+    }
+    # A wide spread is worth a note only where it decides a verdict: a run judged within
+    # noise (or with too few measurements), and the baseline it was judged against.
+    undecided = {key for key, verdict in versus.items() if verdict not in ("faster", "slower")}
+    if undecided:
+        undecided.add(id(sweep.baseline))
     rows = []
     for run in sweep.runs:
         spread = run.throughput_summary
         rate = fmt(run.samples_per_s, ".1f")
         if run.replicates:
             rate += f" ±{fmt(spread.iqr / 2, '.1f')}"
-        versus = "-"
-        if run is not sweep.baseline and run.speedup is not None:
-            versus = compare(sweep.baseline, run).verdict
-        noisy = spread_warning(spread)
+        noisy = spread_warning(spread) if id(run) in undecided else None
         rows.append(
             [
                 run.label(sweep.baseline),
                 rate,
                 fmt(run.speedup, ".2f", suffix="x"),
-                versus,
+                versus.get(id(run), "-"),
                 fmt(run.data_time, ".2f", scale=1e3),
                 fmt(run.batch_time, ".2f", scale=1e3),
                 fmt(run.data_share, ".0%"),
@@ -54,6 +62,10 @@ def sweep_table(sweep: SweepResult) -> Table:
                 "; ".join(
                     ([f"error: {run.error}"] if run.error else [])
                     + ([f"noisy: {noisy}"] if noisy else [])
+                    + [
+                        f"{spec.knob} break-even: {break_even_text(break_even(spec, without, run), run)}"
+                        for spec, without in up_front_of(sweep, run)
+                    ]
                     + run.notes
                 ),
             ]

@@ -21,6 +21,7 @@ from typing import Any
 from speedlab.analysis.compare import MIN_EFFECT, Comparison, compare
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.findings import Finding
+from speedlab.analysis.payback import UP_FRONT, pays_back
 from speedlab.analysis.verdict import diagnose_sweep
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -118,15 +119,17 @@ def _knobs(run: RunResult) -> dict[str, Any]:
     return {k: v for k, v in run.knobs.items() if k != "fit"}
 
 
-def keeps(result: Comparison, finding: Finding, current: RunResult) -> str | None:
-    """Why the change ``finding`` asked for is kept, given ``result`` (its run against
+def keeps(result: Comparison, finding: Finding, current: RunResult, trial: RunResult) -> str | None:
+    """Why the change ``finding`` asked for is kept, given ``result`` (``trial`` against
     ``current``); None when it is dropped.
 
-    Faster beyond noise is kept. So is fewer DataLoader workers within noise: as fast with
-    fewer processes leaves their cores to torch's threads and saves their memory.
+    Faster beyond noise is kept, unless it is a compile or a preload that does not win back its
+    up-front time within the cell's own training. So is fewer DataLoader workers within noise:
+    as fast with fewer processes leaves their cores to torch's threads and saves their memory.
     """
+    spec = UP_FRONT.get(finding.knob or "")
     if result.verdict == "faster":
-        return "faster"
+        return "faster" if spec is None or pays_back(spec, current, trial) else None
     workers = current_value(current, "workers")
     fewer = (
         finding.knob == "workers"
@@ -232,12 +235,18 @@ def autotune(
             current = search.measure_more(current, CLOSE_REPEATS, path)
             trial = search.measure_more(trial, CLOSE_REPEATS, path)
             result = compare(current, trial)
-        why = keeps(result, finding, current)
+        why = keeps(result, finding, current, trial)
+        unpaid = result.verdict == "faster" and why is None
         notes.append(
             f"{step}: {trial.samples_per_s:.1f} samples/s, {result} against "
             f"{_label(_knobs(current))}"
             + (", after measuring both again (it was close)" if close else "")
             + (f", {AS_FAST}" if why == AS_FAST else "")
+            + (
+                ", but it does not win back its up-front time in the cell's training"
+                if unpaid
+                else ""
+            )
             + (": kept." if why else ": dropped.")
         )
         if why:

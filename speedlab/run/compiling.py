@@ -33,6 +33,31 @@ def _dynamo_counts() -> tuple[int, dict[str, int]]:
     return counters["stats"]["unique_graphs"], dict(counters["graph_break"])
 
 
+def _cache_counts() -> tuple[int, int]:
+    """Inductor's compiled-graph cache so far in this process: (hits, misses)."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+def cache_state(hits: int, misses: int) -> str | None:
+    """``cold`` (every graph compiled afresh), ``warm`` (every graph read from inductor's
+    cache, on disk across processes), ``mixed``, or None where no graph was compiled."""
+    if hits + misses == 0:
+        return None
+    return "warm" if misses == 0 else "cold" if hits == 0 else "mixed"
+
+
+CACHE_TEXT = {
+    "cold": "compiled every graph afresh (a cold cache: a later run of the same model reads "
+    "them from inductor's cache on disk and compiles much faster)",
+    "warm": "read every graph from inductor's cache on disk (a warm cache: a first compile of "
+    "this model, on a new machine or after the cache is cleared, takes much longer)",
+    "mixed": "compiled some graphs afresh and read the others from inductor's cache on disk",
+}
+"""What the compile phase measured, by the state of inductor's cache (``cache_state``)."""
+
+
 def step_modules(model: Any) -> dict[str, Any]:
     """The modules a training step may call, by name: the model, then its weighted children."""
     from torch import nn
@@ -62,6 +87,8 @@ class CompiledStep:
     previous: list[tuple[Any, Any]] = field(default_factory=list)
     graphs: int = 0
     breaks: dict[str, int] = field(default_factory=dict)
+    cache_before: tuple[int, int] = (0, 0)
+    cache: str | None = None
 
     def finish(self, trained: bool) -> list[str]:
         """Run every module uncompiled again; notes on what the fit left uncompiled.
@@ -72,9 +99,13 @@ class CompiledStep:
             module._compiled_call_impl = impl
         self.previous.clear()
         graphs, breaks = _dynamo_counts()
+        hits, misses = _cache_counts()
+        self.cache = cache_state(hits - self.cache_before[0], misses - self.cache_before[1])
         if not trained:
             return []
         notes = []
+        if self.cache is not None:
+            notes.append(f"compile={self.value}: the compile phase {CACHE_TEXT[self.cache]}.")
         if graphs == self.graphs:
             compiled = ", ".join(self.modules)
             notes.append(
@@ -98,7 +129,9 @@ def compile_step(model: Any, value: str) -> CompiledStep:
     """Compile the model's call and its weighted children in place, for ``compile=value``."""
     mode = None if value in ("on", "default") else value
     graphs, breaks = _dynamo_counts()
-    compiled = CompiledStep(value, step_modules(model), graphs=graphs, breaks=breaks)
+    compiled = CompiledStep(
+        value, step_modules(model), graphs=graphs, breaks=breaks, cache_before=_cache_counts()
+    )
     try:
         for module in compiled.modules.values():
             compiled.previous.append((module, module._compiled_call_impl))

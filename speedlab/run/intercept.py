@@ -69,11 +69,14 @@ class FitRecord:
     compiled: CompiledStep | None = None
 
     def workload(self) -> dict[str, Any]:
-        """What was trained: the model's class and size, and how many training samples it had."""
+        """What was trained: the model's class and size, how many training samples it had and,
+        when compiled, whether inductor's cache was cold or warm."""
         out: dict[str, Any] = {}
         if self.model is not None:
             out["model"] = type(self.model).__qualname__
             out["parameters"] = sum(p.numel() for p in self.model.parameters())
+        if self.compiled is not None and self.compiled.cache is not None:
+            out["compile_cache"] = self.compiled.cache
         loader = getattr(self.trainer, "train_dataloader", None)
         dataset = getattr(loader, "dataset", None)
         if dataset is not None and hasattr(dataset, "__len__"):
@@ -230,11 +233,16 @@ class Intercept:
         if k.strategy is not None:
             kwargs["strategy"] = k.strategy
         kwargs.update(k.trainer)
+        own_max_steps = kwargs.get("max_steps", -1)
         if c.steps is not None:
             kwargs["max_steps"] = c.steps
         if c.time is not None:
             kwargs["max_time"] = datetime.timedelta(seconds=c.time)
-        probe = SpeedProbe(warmup=c.warmup, compiled=k.compile not in (None, "off") or None)
+        probe = SpeedProbe(
+            warmup=c.warmup,
+            compiled=k.compile not in (None, "off") or None,
+            own_max_steps=own_max_steps,
+        )
         callbacks = kwargs.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         kwargs["callbacks"] = [*callbacks, probe]

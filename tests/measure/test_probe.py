@@ -302,7 +302,8 @@ def test_the_loaders_workers_are_recorded_from_the_loaders_not_counted_from_proc
     loaders = {"a": known_cost_loader(n=64, num_workers=1), "b": known_cost_loader(n=64)}
     trainer(probe, max_steps=3).fit(FirstOfTwo(), train_dataloaders=loaders)
     assert loader_workers(loaders) == 1
-    assert probe.result().workload == {"loader_workers": 1}
+    # 64 samples in batches of 8: 8 steps an epoch; max_steps=3 is the whole fit's plan.
+    assert probe.result().workload == {"loader_workers": 1, "epoch_steps": 8, "planned_steps": 3}
     assert probe.result().loader_workers() == 1
 
 

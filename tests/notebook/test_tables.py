@@ -24,7 +24,9 @@ def test_table_text_html_csv(tmp_path: Path) -> None:
     assert cells[3][:4] == ["workers=2", "50.0", "2.00x", "faster"]
     assert cells[4][:4] == ["baseline", "25.0", "1.00x", "within noise"]
     assert "no effect" in cells[3][-1] and "noisy" not in cells[3][-1]
-    assert cells[4][-1].startswith("noisy: the interquartile range is 53% of the median")
+    assert cells[4][-1].startswith("noisy: the interquartile range (the spread of the middle half")
+    assert "is 53% of the median" in cells[4][-1]
+    assert "noisy" not in cells[2][-1]  # the baseline's spread is narrow
     html = sweep._repr_html_()
     assert html.count("<tr>") == 4 and "workers=2" in html
     path = sweep.to_csv(tmp_path / "sweep.csv")
@@ -33,6 +35,25 @@ def test_table_text_html_csv(tmp_path: Path) -> None:
     assert rows[2][:4] == ["workers=2", "50.0", "2.00x", "faster"]
     data = json.loads(sweep.to_json())
     assert [r["knobs"] for r in data["runs"]] == [{"workers": 0}, {"workers": 2}, {"workers": 0}]
+
+
+def test_a_wide_spread_is_noted_only_where_it_decides_the_verdict() -> None:
+    base = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"matmul": "highest"})
+    fast = run([0.0] * 6, [0.02] * 6, knobs={"matmul": "high"})  # ten times faster, noise or not
+    rows = SweepResult([base, fast]).table().rows
+    assert rows[1][3] == "faster" and not any("noisy" in row[-1] for row in rows)
+    same = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"matmul": "medium"})
+    rows = SweepResult([base, fast, same]).table().rows
+    assert rows[2][3] == "within noise"
+    assert [row[-1].startswith("noisy:") for row in rows] == [True, False, True]
+
+
+def test_the_preload_break_even_is_in_the_table() -> None:
+    without = run([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
+    with_it = run([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
+    with_it.phases["preload"] = 3.0
+    notes = SweepResult([without, with_it]).table().rows[1][-1]
+    assert notes.startswith("preload break-even: after 34 steps (0.3 s of training)")
 
 
 def test_the_html_table_spaces_its_cells_itself() -> None:

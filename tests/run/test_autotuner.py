@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.compare import Comparison
+from speedlab.analysis.compare import Comparison, compare
 from speedlab.analysis.findings import Finding
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.labs.known_cost import exact_sleep
@@ -20,6 +20,7 @@ from speedlab.results.stats import summarize
 from speedlab.results.sweep import SweepResult
 from speedlab.run.autotuner import autotune, keeps, start_knobs
 from speedlab.run.knobs import KnobError
+from tests.records import run_of
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
@@ -133,11 +134,28 @@ def test_fewer_workers_are_kept_when_as_fast_and_nothing_else_is() -> None:
     fewer = Finding("oversubscribed", "", "", "workers", value=0)
     more = Finding("cpu_bound", "", "", "workers", value=4)
     preload = Finding("io_bound", "", "", "preload", value="ram")
-    assert keeps(comparison(0.98, False), fewer, current) == "as fast with fewer workers"
-    assert keeps(comparison(1.03, False), more, current) is None
-    assert keeps(comparison(1.03, False), preload, current) is None
-    assert keeps(comparison(0.5, True), fewer, current) is None
-    assert keeps(comparison(2.0, True), preload, current) == "faster"
+    assert keeps(comparison(0.98, False), fewer, current, current) == "as fast with fewer workers"
+    assert keeps(comparison(1.03, False), more, current, current) is None
+    assert keeps(comparison(1.03, False), preload, current, current) is None
+    assert keeps(comparison(0.5, True), fewer, current, current) is None
+
+
+def preloaded(planned_steps: int) -> tuple[RunResult, RunResult]:
+    """Steps of 100 ms without preload, 10 ms with it after 3 s of preloading."""
+    without = run_of([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
+    with_it = run_of([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
+    with_it.phases["preload"] = 3.0
+    without.workload = with_it.workload = {"planned_steps": planned_steps}
+    return without, with_it
+
+
+def test_a_faster_preload_is_kept_only_when_it_pays_back_within_the_cells_own_training() -> None:
+    preload = Finding("io_bound", "", "", "preload", value="ram")
+    long_cell = preloaded(planned_steps=200)  # break-even after 34 steps
+    assert keeps(compare(*long_cell), preload, *long_cell) == "faster"
+    short_cell = preloaded(planned_steps=30)
+    assert compare(*short_cell).verdict == "faster"
+    assert keeps(compare(*short_cell), preload, *short_cell) is None
 
 
 @pytest.mark.parametrize(

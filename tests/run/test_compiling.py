@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
@@ -15,7 +16,7 @@ from torch.nn import functional as F
 
 from speedlab.labs import QUIET_TRAINER, known_cost_loader
 from speedlab.results.run import RunResult
-from speedlab.run.compiling import compile_step
+from speedlab.run.compiling import CACHE_TEXT, compile_step
 from speedlab.run.intercept import Intercept, RunControls
 from speedlab.run.knobs import Knobs
 
@@ -153,9 +154,27 @@ def test_modules_compiled_are_the_weighted_ones_and_graph_breaks_are_noted() -> 
     finally:
         notes = step.finish(trained=True)
         torch._dynamo.reset()
-    [note] = notes
+    [note] = [n for n in notes if "the compile phase" not in n]  # its cache is another note
     assert note.startswith("compile=on: the compiled code has graph breaks")
     assert "graph_break()" in note
     assert model.b._compiled_call_impl is users_own
     model.b._compiled_call_impl = None
     assert compiled_modules(model) == []
+
+
+def test_the_compile_phase_says_whether_inductors_cache_was_cold_or_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # an empty cache on disk
+    phases, states = [], []
+    for _ in range(2):
+        torch._dynamo.reset()  # the second compile starts from the disk cache alone
+        with Intercept(Knobs(compile="on"), RunControls(steps=8, warmup=2)) as run:
+            pl.Trainer(accelerator="cpu", **QUIET_TRAINER).fit(
+                ForwardStep(), known_cost_loader(n=200, batch_size=8)
+            )
+        phases.append(run.fits[0].probe.result().phases["compile"])
+        states.append(run.fits[0].workload()["compile_cache"])
+        assert f"the compile phase {CACHE_TEXT[states[-1]]}." in " ".join(run.fits[0].notes)
+    assert states == ["cold", "warm"]
+    assert phases[1] < phases[0]  # reading compiled graphs is faster than compiling them

@@ -1,0 +1,96 @@
+"""speedlab.analysis.payback: what compiling or preloading cost and when it pays off."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from torch.nn import functional as F
+
+from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.labs import KnownCostModel, busy_wait, known_cost_loader
+from speedlab.measure.probe import SpeedProbe
+from speedlab.results.run import RunResult
+from speedlab.results.sweep import SweepResult
+from tests.doctor_runs import QUIET, the
+from tests.records import run_of
+
+
+class Forwarding(KnownCostModel):
+    """KnownCostModel whose step goes through ``forward``, the part ``compile()`` compiles."""
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        busy_wait(self.step_s)
+        return loss
+
+
+def _probe_run(model: pl.LightningModule, compiled: bool) -> RunResult:
+    probe = SpeedProbe(warmup=3, compiled=compiled)
+    trainer = pl.Trainer(max_steps=20, callbacks=[probe], **QUIET)
+    trainer.fit(model, known_cost_loader(n=2000, batch_size=8))
+    return probe.result()
+
+
+def test_compile_payback_reports_cost_and_break_even_or_never() -> None:
+    # The forward is compiled in place and the probe told so: the engine's --compile path is
+    # the runner's to test; here the doctor's arithmetic is.
+    # 50 ms of busy-wait a step: a stray millisecond of the machine's (the first fit of a test
+    # session, say) stays under the 5% that a comparison needs to call a change faster.
+    plain = _probe_run(Forwarding(step_s=0.05), compiled=False)
+    model = Forwarding(step_s=0.05)
+    model.compile(backend="eager")  # dynamo's real tracing, without a C++ build
+    compiled = _probe_run(model, compiled=True)
+    plain.knobs, compiled.knobs = {"compile": "off"}, {"compile": "on"}
+    sweep = SweepResult([plain, compiled])
+    found = the(diagnose_sweep(sweep), "compile_payback")
+    assert found.evidence.startswith("Compiling cost ")
+    assert "Break-even" in found.advice
+    # A busy-wait dominates each step, so compiling the tiny forward saves nothing measurable.
+    assert "never" in found.advice and found.value == "off"
+
+
+def preloaded(planned_steps: int) -> SweepResult:
+    """Steps of 100 ms without preload, 10 ms with it after 3 s of preloading: break-even
+    after 34 steps."""
+    without = run_of([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
+    with_it = run_of([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
+    with_it.phases["preload"] = 3.0
+    for run in (without, with_it):
+        run.workload = {"planned_steps": planned_steps, "epoch_steps": 10}
+    return SweepResult([without, with_it])
+
+
+def test_a_preload_that_pays_back_within_the_cell_says_when_and_what_it_saves() -> None:
+    sweep = preloaded(planned_steps=200)
+    found = the(diagnose_sweep(sweep), "preload_payback")
+    assert found.evidence.startswith("Preloading cost 3.0 s (before training)")
+    assert "Break-even after 34 steps (0.3 s of training, 3.4 epochs of 10 steps)" in found.advice
+    assert "Over the cell's own training (200 steps) it saves about 15.0 s in all" in found.advice
+    assert (found.severity, found.value) == ("info", "ram")
+    assert the(diagnose_sweep(sweep), "verdict").advice == "Keep preload=ram."
+
+
+def test_a_preload_longer_than_the_cells_training_is_not_recommended() -> None:
+    sweep = preloaded(planned_steps=30)
+    found = the(diagnose_sweep(sweep), "preload_payback")
+    assert "it costs 0.3 s more than it saves" in found.advice
+    assert (found.severity, found.value) == ("warn", "off")
+    verdict = the(diagnose_sweep(sweep), "verdict")
+    assert verdict.evidence.startswith("Best: preload=ram")  # per step it is faster...
+    assert "only after 34 steps" in verdict.advice and "the cell's own 30 steps" in verdict.advice
+    assert verdict.advice.endswith("Keep preload=ram only for longer training.")
+
+
+def test_the_compile_evidence_says_whether_the_cache_was_warm() -> None:
+    plain = run_of([0.0] * 20, [0.1] * 20, knobs={"compile": "off"})
+    compiled = run_of([0.0] * 20, [0.05] * 20, knobs={"compile": "on"})
+    compiled.phases["compile"] = 2.1
+    compiled.workload = {"compile_cache": "warm"}
+    found = the(diagnose_sweep(SweepResult([plain, compiled])), "compile_payback")
+    assert found.evidence.startswith(
+        "Compiling cost 2.0 s (the first compiled step, with a warm compile cache: a first "
+        "compile takes longer)"
+    )
