@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from speedlab.analysis.findings import differs
 from speedlab.measure.machine import usable_cores
 from speedlab.results.run import RunResult
 from speedlab.results.stats import Summary
@@ -72,6 +73,7 @@ class Comparison:
     b: Summary
     warnings: tuple[str, ...] = ()
     advice: str | None = None
+    inert: tuple[str, ...] = ()  # the knobs told apart, where none of them could act here
 
     @property
     def enough(self) -> bool:
@@ -79,6 +81,8 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        if self.inert:
+            return "within noise"
         if not self.enough:
             return TOO_FEW
         if not self.significant:
@@ -86,6 +90,11 @@ class Comparison:
         return "faster" if self.speedup > 1 else "slower"
 
     def __str__(self) -> str:
+        if self.inert:
+            return (
+                f"{self.speedup:.2f}x, {self.verdict}: {', '.join(self.inert)} changed nothing "
+                "in what was computed here, so the difference is the machine's"
+            )
         if not self.enough:
             return (
                 f"{self.speedup:.2f}x, {TOO_FEW} ({self.a.n} and {self.b.n} measurements, "
@@ -107,6 +116,28 @@ def spread_warning(throughput: Summary) -> str | None:
         f"{throughput.relative_iqr:.0%} of the median; other work on the machine may have "
         "disturbed the run."
     )
+
+
+def _acts(knob: str, run: RunResult) -> bool:
+    """Whether ``knob``, as set for ``run``, could change what the run computed or how."""
+    if knob == "matmul":
+        return run.workload.get("matmul_changes") is not False
+    if knob == "pin_memory":
+        return run.device == "cuda"  # pinning is dropped without a CUDA device
+    if knob == "persistent_workers":
+        return run.loader_workers() > 0
+    return True
+
+
+def inert_knobs(a: RunResult, b: RunResult) -> tuple[str, ...]:
+    """The knobs a and b differ in, when none of them could act on either run (the two ran the
+    same computation, and any difference in speed is the machine's); () otherwise."""
+    knobs = sorted(differs(a.knobs, b.knobs))
+    if not knobs or any(k not in a.knobs or k not in b.knobs for k in knobs):
+        return ()
+    if any(_acts(k, a) or _acts(k, b) for k in knobs):
+        return ()
+    return tuple(f"{k}={a.knobs[k]}/{b.knobs[k]}" for k in knobs)
 
 
 def compare(a: RunResult, b: RunResult) -> Comparison:
@@ -136,7 +167,9 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
     big = math.isfinite(speedup) and abs(speedup - 1) >= needed
     enough = min(sa.n, sb.n) >= MIN_STEPS
     advice = None if enough else _enough_advice(a, b)
-    return Comparison(speedup, bool(apart and big and enough), sa, sb, tuple(warnings), advice)
+    inert = inert_knobs(a, b)
+    significant = bool(apart and big and enough) and not inert
+    return Comparison(speedup, significant, sa, sb, tuple(warnings), advice, inert)
 
 
 def _enough_advice(a: RunResult, b: RunResult) -> str:

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
-from speedlab.measure.numerics import amp_choice, cpu_matmul_changes, cuda_math, matmul_effect
+from speedlab.measure.numerics import (
+    MATMUL_MODES,
+    amp_choice,
+    cpu_matmul_changes,
+    cuda_math,
+    matmul_effect,
+)
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.run.compiling import CompiledStep, compile_step
@@ -105,13 +111,17 @@ def resolve_precision(requested: str, notes: list[str]) -> str:
     return chosen
 
 
-def _matmul_note(level: str) -> str:
-    """What ``--matmul level`` does on this machine (measured on the CPU, see numerics)."""
+def _matmul(level: str) -> tuple[str, bool]:
+    """What ``--matmul level`` does on this machine (measured on the CPU, see numerics), and
+    whether it changes float32 matmuls on any device here (the GPU's, or else the CPU's)."""
     import torch
 
+    on_cpu = cpu_matmul_changes(level)
     if torch.cuda.is_available():
-        return matmul_effect(level, cuda_math(torch), cpu_changes=False)
-    return matmul_effect(level, None, cpu_changes=cpu_matmul_changes(level))
+        name, tf32, native_bf16 = cuda_math(torch)
+        changes = on_cpu or (tf32 and MATMUL_MODES[level]["cuda"] != "ieee")
+        return matmul_effect(level, (name, tf32, native_bf16), cpu_changes=False), changes
+    return matmul_effect(level, None, cpu_changes=on_cpu), on_cpu
 
 
 def restore_sigint(handler: Any) -> None:
@@ -176,6 +186,7 @@ class Intercept:
         self.controls = controls or RunControls()
         self.fits: list[FitRecord] = []
         self.notes: list[str] = []
+        self.matmul_changes: bool | None = None  # whether --matmul changed float32 matmuls
         self.active_probe: SpeedProbe | None = None
         self._pending: dict[int, tuple[SpeedProbe, list[str]]] = {}
         self._patched: list[tuple[type, str, Any]] = []
@@ -191,7 +202,8 @@ class Intercept:
         try:
             if self.knobs.matmul is not None:
                 torch.set_float32_matmul_precision(self.knobs.matmul)
-                self.notes.append(_matmul_note(self.knobs.matmul))
+                note, self.matmul_changes = _matmul(self.knobs.matmul)
+                self.notes.append(note)
             for cls in trainer_classes():
                 self._patch(cls, "__init__", self._wrap_init(cls.__init__))
                 self._patch(cls, "fit", self._wrap_fit(cls.fit))

@@ -138,6 +138,8 @@ def run_once(
         result.notes = session.notes + fit.notes + result.notes + reaped
         result.phases["preload"] = fit.preload_s
         result.workload |= fit.workload()
+        if session.matmul_changes is not None:
+            result.workload["matmul_changes"] = session.matmul_changes
         result.diagnosis = diagnose(result, lint_findings=_lint(fit.model))
         if fit.exception is not None:  # the ranks' own account of a failure comes first
             result.error = result.error or describe_error(fit.exception)

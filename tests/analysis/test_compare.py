@@ -6,6 +6,8 @@ samples per second, while two runs of one configuration differ only by the machi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,9 @@ import speedlab
 from speedlab.analysis.compare import TOO_FEW, compare
 from speedlab.analysis.verdict import diagnose_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.results.sweep import SweepResult
+from tests.doctor_runs import the
 from tests.records import run_of
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
@@ -113,3 +117,44 @@ def test_too_few_windows_are_never_within_noise_and_say_how_many_steps(steps, ve
         assert finding.evidence.startswith("Too few measurements to tell")
         assert finding.advice == "Measure again with --steps 50 or more."
         assert "within noise" not in str(SweepResult([slow, fast]).table())
+
+
+def test_runs_that_differ_only_in_knobs_that_could_not_act_are_never_called_different() -> None:
+    # Twice the speed, but the only knob told apart changed nothing in what was computed.
+    base = run_of([0.0] * 20, [0.2] * 20, knobs={"matmul": "highest"})
+    inert = run_of([0.0] * 20, [0.1] * 20, knobs={"matmul": "high"})
+    base.workload = inert.workload = {"matmul_changes": False}
+    result = compare(base, inert)
+    assert result.verdict == "within noise" and not result.significant
+    assert str(result).startswith("2.00x, within noise: matmul=highest/high changed nothing")
+    inert.workload = {"matmul_changes": True}  # where the level does act, speed is judged
+    assert compare(base, inert).verdict == "faster"
+    pinned = run_of([0.0] * 20, [0.1] * 20, knobs={"pin_memory": True})
+    unpinned = run_of([0.0] * 20, [0.2] * 20, knobs={"pin_memory": False})
+    assert compare(unpinned, pinned).verdict == "within noise"  # on the CPU, nothing to pin for
+    pinned.device = unpinned.device = "cuda"
+    assert compare(unpinned, pinned).verdict == "faster"
+
+
+@pytest.mark.skipif(
+    cpu_matmul_changes("high") or torch.cuda.is_available(),
+    reason="matmul=high acts on this machine (TF32 on its GPU or CPU)",
+)
+def test_an_inert_knob_beside_a_busy_core_is_never_faster_or_slower() -> None:
+    def train() -> None:
+        pl.seed_everything(0, verbose=False)
+        loader = known_cost_loader(n=4000, batch_size=32, features=256)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=0.004, features=256), loader)
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        sweeps = [profile(train, matmul=["highest", "high"], steps=30) for _ in range(3)]
+    finally:
+        hog.kill()
+        hog.wait()
+    for sweep in sweeps:
+        base, high = sweep.runs
+        assert base.final_loss == high.final_loss  # the same computation
+        assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
+        verdict = the(diagnose_sweep(sweep), "verdict")
+        assert "Within noise: matmul=high" in verdict.evidence and "Helped" not in verdict.evidence
