@@ -18,8 +18,9 @@ def run_report(run: RunResult) -> str:
     d, b = run.data_summary, run.batch_summary
     lines = [
         f"samples/s     {fmt(run.samples_per_s, '.1f')}   ({run.samples} samples in {run.steps} steps)",
-        f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
-        f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
+        f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms median   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
+        f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms median   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
+        "              p10/p90: a tenth of the steady steps took less than p10, a tenth more than p90",
         f"data share    {fmt(run.data_share, '.0%')}",
         "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in run.phases.items() if v > 0),
     ]

@@ -23,8 +23,9 @@ CUDA_BEFORE_FORK = (
 )
 
 FORKED_RANK_THREADS = (
-    "Each forked rank trains with 1 torch thread: GNU OpenMP, which torch uses on Linux, hangs "
-    "in a process forked after it has run in parallel (GCC bug 60035), as this process may have "
+    "Each forked rank trains with 1 torch thread: GNU OpenMP (the thread pool torch computes "
+    "with on Linux) hangs in a process forked after it has run in parallel (GCC bug 60035), as "
+    "this process may have "
     "in an earlier cell. On this machine a rank could otherwise use {threads}; to give each rank "
     "several threads, run the training as a script with strategy='ddp'."
 )

@@ -10,6 +10,6 @@ def test_report_has_medians_spread_and_phases() -> None:
     r.phases = {"setup": 1.0, "steady": 2.0, "validation": 0.0}
     r.system = {"cpu_percent": 55.0, "peak_rss_bytes": 300e6}
     text = r.report()
-    assert "data_time     30.00 ms   (p10" in text
+    assert "data_time     30.00 ms median   (p10" in text
     assert "setup 1.00 s" in text and "validation" not in text
     assert "peak RSS 300 MB" in text
