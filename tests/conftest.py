@@ -25,9 +25,13 @@ def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A fresh IPython shell, working in a temporary folder, with speedlab loaded."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    from traitlets.config import Config
+
     monkeypatch.chdir(tmp_path)
     InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance()
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"  # nothing left to write at the session's exit
+    ip = InteractiveShell.instance(config=config)
     ip.run_line_magic("load_ext", "speedlab")
     yield ip
     InteractiveShell.clear_instance()
