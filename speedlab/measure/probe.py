@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -177,7 +178,12 @@ class _SpeedProbeCore:
                     self._cuda.start()
                 self._batch_start = _perf()
 
+        ranks = self.distributed
+        watch_errors = ranks.in_child
+
         def probe_stop(action: str) -> None:
+            if watch_errors and (error := sys.exc_info()[1]) is not None:
+                ranks.saw(error)
             if action == batch:
                 self._batch_end = _perf()
                 if self._cuda is not None:

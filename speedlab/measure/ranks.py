@@ -266,8 +266,9 @@ class RankRecorder:
     A failing child rank runs no Lightning hook: the launcher calls the fit without Lightning's
     error handling, and ``torch.multiprocessing`` catches the error and exits. So a child also
     registers an exit handler with ``multiprocessing.util.Finalize`` (which the child's
-    ``Process`` runs on its way out); it finishes the probe with the error then in flight, and
-    the parent gets the failed rank's records up to the failure.
+    ``Process`` runs on its way out); it finishes the probe with the error the probe saw leave
+    a step (``saw``; else the one then in flight), and the parent gets the failed rank's
+    records up to the failure.
     """
 
     def __init__(self) -> None:
@@ -276,6 +277,7 @@ class RankRecorder:
         self.sync: SyncTimer | None = None
         self.sync_note: str | None = None
         self.rank, self.world_size = 0, 1
+        self.error: BaseException | None = None  # the first error seen leaving a step, in a child
         self._on_exit: Any = None
 
     @property
@@ -306,7 +308,17 @@ class RankRecorder:
         if self.in_child:
             from multiprocessing.util import Finalize
 
-            self._on_exit = Finalize(None, lambda: fail(_error_in_flight()), exitpriority=100)
+            self._on_exit = Finalize(
+                None, lambda: fail(self.error or _error_in_flight()), exitpriority=100
+            )
+
+    def saw(self, error: BaseException) -> None:
+        """Keep the first error seen on its way out of a step (the probe calls this from
+        Lightning's profiler hooks, which run in ``finally`` blocks). The exit handler reports
+        it: since Python 3.13 that handler runs after the process's bootstrap has returned, when
+        no error is in flight any more."""
+        if self.error is None:
+            self.error = error
 
     def step_end(self) -> None:
         if self.sync is not None:
