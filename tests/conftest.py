@@ -24,7 +24,6 @@ def lab_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A fresh IPython shell, working in a temporary folder, with speedlab loaded."""
     from IPython.core.interactiveshell import InteractiveShell
-
     from traitlets.config import Config
 
     monkeypatch.chdir(tmp_path)
