@@ -116,18 +116,15 @@ class _PanelView(NotebookView):
     def stop(self) -> None:
         """End the run after its current step; the ticker repeats it for Trainers made later."""
         self.stop_requested = True
-        self._stop_trainers()
+        self._stop_session()
 
-    def _stop_trainers(self) -> None:
-        if self.session is None:
-            return
-        for fit in self.session.fits:
-            fit.trainer.should_stop = True
-            fit.trainer.limit_val_batches = 0  # stopping would otherwise validate first
+    def _stop_session(self) -> None:
+        if self.session is not None:
+            self.session.stop()
 
     def _tick(self, force: bool = False) -> None:
         if self.stop_requested:
-            self._stop_trainers()
+            self._stop_session()
         super()._tick(force)
 
     def end_run(self, result: Any) -> None:
