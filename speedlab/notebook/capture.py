@@ -3,13 +3,13 @@
 A panel run trains in a background thread, and what Lightning writes there (its warnings, its
 progress bar) would land under whichever cell the front end links it to: under the panel's
 cell in nbclassic, nowhere in JupyterLab. Two mechanisms of Jupyter's own put it in the panel
-instead. ipykernel (7 and later) sends a thread's output as a reply to the message that thread
-names (``set_thread_parent``), and an ``ipywidgets.Output`` whose ``msg_id`` is that message
-takes every such output in JupyterLab, Notebook 7 and nbclassic alike (``with output:`` works
-the same way). So the run's thread names the request that showed the panel, and the panel's
-``Output`` claims that request while the run lasts. Output widgets of the library's own (rich's
-live display) nest inside it as ``with output:`` blocks do. Without a kernel that has
-``set_thread_parent`` nothing is redirected.
+instead. ipykernel (7 and later) sends a thread's output as a reply to the request that thread
+names (``set_thread_parent``), and an ``ipywidgets.Output`` whose ``msg_id`` is that request
+takes every such reply, in JupyterLab, Notebook 7 and nbclassic alike (``with output:`` works
+the same way; front ends apply the claim before they show the messages sent after it). So while
+a run lasts, its thread names the request that showed the section, and the section claims it.
+Output widgets of the library's own (rich's live display) nest inside, as ``with output:``
+blocks do. Without a kernel that has ``set_thread_parent`` nothing is redirected.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def current_request() -> dict[str, Any] | None:
 
 
 class ThreadOutput:
-    """A collapsed section holding one thread's output while ``capture()`` lasts.
+    """A collapsed section that holds a thread's output while ``capture()`` lasts.
 
     Args:
         title: the section's title.
@@ -46,8 +46,8 @@ class ThreadOutput:
         self.request: dict[str, Any] | None = None
 
     def attach(self, request: dict[str, Any] | None) -> None:
-        """Route captured output as replies to ``request`` (the one that showed the widget: its
-        cell's output area is still listening for it)."""
+        """Send captured output as replies to ``request``, the one that showed the section (its
+        cell's output area listens for them while the page is open)."""
         self.request = request
 
     @contextmanager

@@ -458,8 +458,8 @@ class Panel:
         """Show the panel; its output is updated as runs end, so a saved notebook keeps them."""
         from IPython.display import display
 
-        self.library.attach(current_request())
         self.handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        self.library.attach(current_request())
 
 
 def _text(value: Any) -> str:

@@ -19,14 +19,15 @@ from speedlab.measure.compat import callback_bases, lightning_packages
 
 
 def complete_progress_bar(trainer: Any) -> None:
-    """Make the training bar's total the steps it counted, so that closing it reads as done."""
+    """Make the training bar's count and total the steps this epoch ran, so that closing it
+    reads as done (a bar refreshed every N steps may lag behind the last ones)."""
     try:
         bar = trainer.progress_bar_callback.train_progress_bar
     except (AttributeError, TypeError):  # no TQDM bar, or none started yet
         return
-    total, n = getattr(bar, "total", None), getattr(bar, "n", None)
-    if not getattr(bar, "disable", True) and total and n is not None and n < total:
-        bar.total = n
+    ran = trainer.fit_loop.epoch_loop.batch_progress.current.completed  # this epoch's batches
+    if not getattr(bar, "disable", True) and bar.total and ran < bar.total:
+        bar.n = bar.total = ran
 
 
 def time_is_up(trainer: Any) -> bool:

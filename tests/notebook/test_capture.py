@@ -1,29 +1,34 @@
-"""ThreadOutput: a background thread's output goes into a collapsed section, in a real kernel."""
+"""ThreadOutput: in a real kernel, a thread's output is sent as replies to the request that showed
+the section, and the section claims that request; front ends route by exactly these two (the
+browser tests check that they do)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import queue
+from collections.abc import Iterator
 
-import nbformat
 import pytest
 
 from speedlab.notebook.capture import ThreadOutput
-from tests.nbexec import execute
 
-CELL = """\
-import sys, threading, warnings
+SHOW = """\
+import threading, warnings
 from IPython.display import display
 from speedlab.notebook.capture import ThreadOutput, current_request
 
 section = ThreadOutput("library output")
-section.attach(current_request())
 display(section.widget)
+section.attach(current_request())
+"""
+
+RUN = """\
+from tqdm.notebook import tqdm
 
 def work():
     with section.capture():
         print("printed in the run")
         warnings.warn("a library's warning")
-        display("displayed in the run")  # as tqdm shows its bar
+        tqdm(total=3).close()  # a progress bar displays itself
     print("printed after the run")
 
 thread = threading.Thread(target=work)
@@ -33,30 +38,71 @@ print("printed by the cell")
 """
 
 
-def _widget_state(notebook: nbformat.NotebookNode) -> dict:
-    return notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+@pytest.fixture
+def kernel() -> Iterator[object]:
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    yield client
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+
+
+def execute(client, code: str) -> tuple[str, list[dict]]:
+    """Run ``code``; its request's id and every iopub message up to its end (and just after)."""
+    request = client.execute(code)
+    messages = []
+    while True:
+        message = client.get_iopub_msg(timeout=60)
+        messages.append(message)
+        if (
+            message["parent_header"].get("msg_id") == request
+            and message["msg_type"] == "status"
+            and message["content"]["execution_state"] == "idle"
+        ):
+            break
+    while True:  # a thread's last output may follow the cell's end
+        try:
+            messages.append(client.get_iopub_msg(timeout=0.5))
+        except queue.Empty:
+            return request, messages
+
+
+def texts(messages: list[dict], parent: str) -> str:
+    """What the messages replying to ``parent`` print and display, as text."""
+    out = []
+    for message in messages:
+        if message["parent_header"].get("msg_id") != parent:
+            continue
+        content = message["content"]
+        if message["msg_type"] == "stream":
+            out.append(content["text"])
+        elif message["msg_type"] == "display_data":
+            out.append(content["data"]["text/plain"])
+    return "".join(out)
+
+
+def claims(messages: list[dict]) -> list[str]:
+    """The ``msg_id`` values the section's Output widget took, in order."""
+    return [
+        m["content"]["data"]["state"]["msg_id"]
+        for m in messages
+        if m["msg_type"] == "comm_msg" and "msg_id" in m["content"]["data"].get("state", {})
+    ]
 
 
 @pytest.mark.slow
-def test_a_threads_output_goes_into_the_section_and_only_while_it_captures(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "capture.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)]), path)
-    notebook = execute(path, tmp_path, timeout=60).notebook
-    outputs = notebook.cells[0].outputs
-    under_cell = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "printed by the cell" in under_cell and "printed after the run" in under_cell
-    assert "in the run" not in under_cell and "warning" not in under_cell
-    assert not [o for o in outputs if "displayed in the run" in str(o.get("data", ""))]
-
-    state = _widget_state(notebook)
-    (section,) = [m["state"] for m in state.values() if m["state"]["_model_name"] == "OutputModel"]
-    captured = [o.get("text") or o["data"]["text/plain"] for o in section["outputs"]]
-    assert "printed in the run\n" in captured[0]
-    assert "a library's warning" in "".join(captured)
-    assert "'displayed in the run'" in captured
-    assert section["msg_id"] == ""  # it claims nothing once the run is over
+def test_a_threads_output_replies_to_the_request_that_showed_the_section(kernel) -> None:
+    shown, first = execute(kernel, SHOW)
+    ran, second = execute(kernel, RUN)
+    assert claims(first) == []
+    captured = texts(second, shown)
+    assert "printed in the run" in captured and "a library's warning" in captured
+    assert "0/3" in captured  # the bar
+    rest = texts(second, ran)
+    assert "printed after the run" in rest and "printed by the cell" in rest
+    assert "in the run" not in rest
+    assert claims(second) == [shown, ""]  # claimed while the thread captures, then released
 
 
 def test_without_a_kernel_nothing_is_redirected(capsys: pytest.CaptureFixture[str]) -> None:
