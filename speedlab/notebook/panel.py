@@ -433,11 +433,13 @@ class Panel:
 
     def static_html(self) -> str:
         """The results so far, for front ends that do not show widgets (exports, viewers)."""
-        results = self.table_html() or "<p>No runs yet.</p>"
-        return (
-            f"<div>{self._title_html()} <small>(a static copy of its results: the live panel "
-            f"needs a notebook with widgets)</small>{results}{_findings_html(self.findings)}</div>"
-        )
+        parts = [
+            f"{self._title_html()} <small>(a static copy of its results: the live panel needs a "
+            "notebook with widgets)</small>",
+            self.table_html() or "No runs yet.",
+            _findings_html(self.findings),
+        ]
+        return "".join(f"<div>{part}</div>" for part in parts)
 
     def static_text(self) -> str:
         """The results so far as plain text."""
