@@ -48,9 +48,10 @@ LIVE_FRAMES = (
     "el => [...el.querySelectorAll('.speedlab-live')].map(c => [c.dataset.frame, c.dataset.step])"
 )
 
-# The narrowest horizontal gap between the texts of neighbouring cells of a table, in pixels.
+# The narrowest horizontal gap between the texts of neighbouring cells of a table, in pixels
+# (empty cells have no text to read).
 CELL_GAP = """table => Math.min(...[...table.rows].flatMap(row => {
-    const boxes = [...row.cells].map(cell => {
+    const boxes = [...row.cells].filter(cell => cell.textContent.trim()).map(cell => {
         const range = document.createRange();
         range.selectNodeContents(cell);
         return range.getBoundingClientRect();
