@@ -76,6 +76,7 @@ def execute(
         try:
             for index, cell in enumerate(notebook.cells):
                 client.execute_cell(cell, index)
+            client.set_widgets_metadata()  # the widgets' state, as nbconvert --execute saves it
         finally:
             peak = monitor.stop()
     seconds = time.perf_counter() - start

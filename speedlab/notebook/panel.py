@@ -14,6 +14,10 @@ While a panel run trains, Trainers built in other cells are measured as part of 
 patch the Trainer class for the duration of a run): wait for the run to end before training
 elsewhere.
 
+What Lightning prints and shows during a run goes into a collapsed section of the panel
+(speedlab.notebook.capture). The panel's output carries, beside the widgets, a static copy of its
+table and findings for front ends that draw no widgets; it is updated as each run ends.
+
 ``show_panel`` is what ``%%profile_train --panel`` and ``%speedlab panel`` call.
 """
 
@@ -34,6 +38,7 @@ import ipywidgets as widgets
 
 from speedlab.analysis.findings import unique_findings
 from speedlab.notebook import session
+from speedlab.notebook.capture import ThreadOutput, current_request
 from speedlab.notebook.live import NotebookView
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -116,18 +121,15 @@ class _PanelView(NotebookView):
     def stop(self) -> None:
         """End the run after its current step; the ticker repeats it for Trainers made later."""
         self.stop_requested = True
-        self._stop_trainers()
+        self._stop_session()
 
-    def _stop_trainers(self) -> None:
-        if self.session is None:
-            return
-        for fit in self.session.fits:
-            fit.trainer.should_stop = True
-            fit.trainer.limit_val_batches = 0  # stopping would otherwise validate first
+    def _stop_session(self) -> None:
+        if self.session is not None:
+            self.session.stop()
 
     def _tick(self, force: bool = False) -> None:
         if self.stop_requested:
-            self._stop_trainers()
+            self._stop_session()
         super()._tick(force)
 
     def end_run(self, result: Any) -> None:
@@ -169,6 +171,7 @@ class Panel:
         self.name = name
         self.store = store
         self.runs: list[PanelRun] = []
+        self.findings: list[Any] = []
         self.baseline_knobs: Knobs | None = None
         self.thread: threading.Thread | None = None
         self.view: _PanelView | None = None
@@ -202,11 +205,12 @@ class Panel:
         self.table = widgets.HTML()
         self.diagnosis = widgets.HTML()
         self.errors = widgets.Output()
+        self.library = ThreadOutput()
+        self.library.widget.layout.display = "none"  # shown from the first run on
+        self.handle: Any = None  # the display of the panel, once shown
         self.widget = widgets.VBox(
             [
-                widgets.HTML(
-                    "<b>speedlab panel</b>" + (f" &middot; {html.escape(name)}" if name else "")
-                ),
+                widgets.HTML(self._title_html()),
                 widgets.GridBox(
                     [self._with_reason(n) for n in self.controls],
                     layout=widgets.Layout(grid_template_columns="repeat(2, 1fr)"),
@@ -218,6 +222,7 @@ class Panel:
                 self.table,
                 self.diagnosis,
                 self.errors,
+                self.library.widget,
             ]
         )
 
@@ -285,6 +290,7 @@ class Panel:
             self.baseline_knobs = knobs
         self.view = _PanelView(self.chart)
         self._set_running(True, knobs)
+        self.library.widget.layout.display = None
         self.thread = threading.Thread(
             target=self._train,
             args=(knobs, baseline, self.view),
@@ -317,17 +323,24 @@ class Panel:
 
         try:
             spec = SweepSpec([knobs], self.run_controls(), name=self.name or "panel")
-            sweep = run_sweep(
-                self.train_fn, spec, view=view, store=self.store, show_error=self._show_error
-            )
+            with self.library.capture():
+                sweep = run_sweep(
+                    self.train_fn, spec, view=view, store=self.store, show_error=self._show_error
+                )
             self.runs += [PanelRun(r, baseline, view.stop_requested) for r in sweep.runs]
-            self.diagnosis.value = _findings_html(sweep.diagnosis, sweep.runs)
+            # The sweep's findings hold its best run's own: each is shown once.
+            self.findings = unique_findings(
+                [*sweep.diagnosis, *(f for r in sweep.runs for f in r.diagnosis)]
+            )
+            self.diagnosis.value = _findings_html(self.findings)
         except Exception as err:  # the thread must not die with the buttons disabled
             self._show_error(err)
         finally:
             session.remember(self.sweep)
             self.table.value = self.table_html()
             self._set_running(False, knobs)
+            if self.handle is not None:  # a saved notebook keeps the latest results
+                self.handle.update(self._repr_mimebundle_(), raw=True)
 
     def _show_error(self, err: BaseException) -> None:
         from speedlab.run.sweep import user_traceback
@@ -362,10 +375,10 @@ class Panel:
         rates = [x for x in rates if math.isfinite(x)]
         return statistics.median(rates) if rates else math.nan
 
-    def table_html(self) -> str:
-        """The results table: one row per run, speedup over the baseline and noise."""
+    def results_table(self) -> Table | None:
+        """One row per run: its speedup over the baseline and its noise; None before a run."""
         if not self.runs:
-            return ""
+            return None
         reference = self.reference_rate()
         first = self.runs[0].result
         rows = []
@@ -391,8 +404,12 @@ class Panel:
                 ]
             )
         columns = ["#", "run", "samples/s", "speedup", "noise", "data_time ms", "batch_time ms"]
-        table = Table([*columns, "data share", "steps", "status"], rows)
-        return table._repr_html_() + self._noise_html()
+        return Table([*columns, "data share", "steps", "status"], rows)
+
+    def table_html(self) -> str:
+        """The results table and how to read its noise."""
+        table = self.results_table()
+        return "" if table is None else table._repr_html_() + self._noise_html()
 
     def _noise_html(self) -> str:
         rates = [r.result.samples_per_s for r in self.runs if r.baseline and r.result.steps]
@@ -409,10 +426,42 @@ class Panel:
             f"samples/s (±{spread:.1%}). Speedups within that are noise.</small>"
         )
 
+    def _title_html(self) -> str:
+        return "<b>speedlab panel</b>" + (
+            f" &middot; {html.escape(self.name)}" if self.name else ""
+        )
+
+    def static_html(self) -> str:
+        """The results so far, for front ends that do not show widgets (exports, viewers)."""
+        parts = [
+            f"{self._title_html()} <small>(a static copy of its results: the live panel needs a "
+            "notebook with widgets)</small>",
+            self.table_html() or "No runs yet.",
+            _findings_html(self.findings),
+        ]
+        return "".join(f"<div>{part}</div>" for part in parts)
+
+    def static_text(self) -> str:
+        """The results so far as plain text."""
+        title = "speedlab panel" + (f" · {self.name}" if self.name else "")
+        table = self.results_table()
+        parts = [f"{title} (a static copy of its results)", str(table) if table else "No runs yet."]
+        if self.findings:
+            parts.append("Diagnosis:\n" + "\n".join(f"- {f}" for f in self.findings))
+        return "\n\n".join(parts)
+
+    def _repr_mimebundle_(self, **_: Any) -> dict[str, Any]:
+        """The live widgets, and beside them the static results for front ends without any."""
+        bundle = self.widget._repr_mimebundle_()
+        bundle.update({"text/plain": self.static_text(), "text/html": self.static_html()})
+        return bundle
+
     def _ipython_display_(self) -> None:
+        """Show the panel; its output is updated as runs end, so a saved notebook keeps them."""
         from IPython.display import display
 
-        display(self.widget)
+        self.handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        self.library.attach(current_request())
 
 
 def _text(value: Any) -> str:
@@ -426,9 +475,7 @@ def _help_html(name: str) -> str:
     return f'<div style="max-width:620px"><small>{html.escape(explain(name))}</small></div>'
 
 
-def _findings_html(sweep_findings: list[Any], runs: list[RunResult]) -> str:
-    # The sweep's findings hold its best run's own: each is shown once.
-    findings = unique_findings([*sweep_findings, *(f for r in runs for f in r.diagnosis)])
+def _findings_html(findings: list[Any]) -> str:
     if not findings:
         return ""
     items = "".join(f"<li>{html.escape(str(f))}</li>" for f in findings)
@@ -446,5 +493,5 @@ def show_panel(
     from IPython.display import display
 
     panel = Panel(train_fn, knobs=knobs, controls=controls, name=name)
-    display(panel.widget)
+    display(panel)
     return panel

@@ -35,6 +35,7 @@ from speedlab.run.forking import check_fork, forked_rank_threads_note
 from speedlab.run.knobs import DATA_KNOBS, Knobs, check_number
 from speedlab.run.loaders import map_loaders, rebuild_loader, rebuild_refusal, shutdown_loader
 from speedlab.run.preload import Preloaded, preload
+from speedlab.run.stopping import PlannedStop, time_is_up
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,7 @@ class Intercept:
         self.fits: list[FitRecord] = []
         self.notes: list[str] = []
         self.matmul_changes: bool | None = None  # whether --matmul changed float32 matmuls
+        self.stop_requested = False
         self.active_probe: SpeedProbe | None = None
         self._pending: dict[int, tuple[SpeedProbe, list[str]]] = {}
         self._patched: list[tuple[type, str, Any]] = []
@@ -226,6 +228,26 @@ class Intercept:
         if self._state is not None:
             self._state.restore()
 
+    def stop(self) -> None:
+        """End the run after the current step: every Trainer of this run stops and skips the
+        validation it has left (stopping would otherwise validate first). Call it again for
+        Trainers built since."""
+        self.stop_requested = True
+        for fit in self.fits:
+            fit.trainer.should_stop = True
+            fit.trainer.limit_val_batches = 0
+
+    def planned_stop(self, trainer: Any) -> bool:
+        """Whether this run's own controls ended the epoch of ``trainer`` (one built during the
+        run): ``--steps``, ``--time`` (both replace the cell's ``max_steps`` and ``max_time``)
+        or ``stop()``."""
+        c = self.controls
+        return (
+            self.stop_requested
+            or (c.steps is not None and trainer.global_step >= c.steps)
+            or (c.time is not None and time_is_up(trainer))
+        )
+
     def _patch(self, cls: type, name: str, replacement: Any) -> None:
         self._patched.append((cls, name, cls.__dict__[name]))
         setattr(cls, name, replacement)
@@ -257,7 +279,8 @@ class Intercept:
         )
         callbacks = kwargs.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-        kwargs["callbacks"] = [*callbacks, probe]
+        # First, so that it acts before a progress bar the cell passes closes its bar.
+        kwargs["callbacks"] = [PlannedStop(self.planned_stop), *callbacks, probe]
         return kwargs, probe
 
     def _wrap_init(self, original: Any) -> Any:
@@ -291,6 +314,8 @@ class Intercept:
             if probe is None:  # built before the run started: measure it all the same
                 probe = SpeedProbe(warmup=session.controls.warmup)
                 trainer.callbacks.append(probe)
+                # Its max_steps and max_time are the cell's own: only stop() is speedlab's.
+                trainer.callbacks.insert(0, PlannedStop(lambda _: session.stop_requested))
             bound = signature.bind(trainer, *args, **kwargs)
             record = FitRecord(trainer, probe, notes=list(notes))
             session.fits.append(record)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import html
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import ipywidgets as widgets
 import lightning.pytorch as pl
+import nbformat
 import psutil
 import pytest
 import torch
@@ -139,9 +144,71 @@ def test_magics_show_the_panel_for_the_cell(shell, capsys) -> None:
         "profile_train", "--panel --workers 2 --steps 20", "raise RuntimeError('not run')"
     )
     assert speedlab.last is before  # the panel shows; nothing trains until Run
-    assert "VBox" in capsys.readouterr().out  # a plain shell prints the widget's repr
+    # A shell without widgets prints the panel's static copy of its results.
+    assert "speedlab panel" in capsys.readouterr().out
     shell.run_line_magic("speedlab", "panel")
-    assert "VBox" in capsys.readouterr().out
+    assert "No runs yet." in capsys.readouterr().out
     magics = shell.magics_manager.registry["SpeedlabMagics"]
     _, spec = magics.last_cell
     assert spec.plan[0] == Knobs(workers=2) and spec.controls.steps == 20
+
+
+def test_beside_the_widgets_the_panel_shows_a_static_copy_of_its_results() -> None:
+    panel = Panel(train_fn(), controls=RunControls(steps=12, warmup=2), store=False)
+    bundle = panel._repr_mimebundle_()
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == panel.widget.model_id
+    assert "No runs yet." in bundle["text/plain"] and "No runs yet." in bundle["text/html"]
+    panel.run().join()
+    bundle = panel._repr_mimebundle_()
+    assert bundle["text/html"].count("<tr>") == 2  # the header and the run
+    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x", bundle["text/plain"])
+    for finding in panel.findings:
+        assert str(finding) in bundle["text/plain"]
+        assert html.escape(str(finding)) in bundle["text/html"]
+
+
+EXPORTED = [
+    "%load_ext speedlab",
+    """\
+import lightning.pytorch as pl
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.notebook.panel import show_panel
+from speedlab.run.intercept import RunControls
+
+def train():
+    loader = known_cost_loader(n=8 * 200, batch_size=8)
+    pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER).fit(KnownCostModel(), loader)
+
+panel = show_panel(train, controls=RunControls(steps=20))
+""",
+    "panel.run()\npanel.wait();",
+]
+
+
+@pytest.mark.slow
+def test_an_nbconvert_export_shows_the_panels_results_in_html_and_plain_text(
+    tmp_path: Path,
+) -> None:
+    """A notebook viewer or a grader's export draws no widgets: it shows the panel's static copy,
+    updated as each run ended (here nbconvert runs the notebook, as a grader's export does)."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in EXPORTED])
+    nbformat.write(notebook, tmp_path / "panel.ipynb")
+    jupyter = [str(Path(sys.executable).parent / "jupyter"), "nbconvert"]
+    execute = ["--to", "notebook", "--execute", "--output", "run.ipynb"]
+    widgetless = "--ExecutePreprocessor.store_widget_state=False"  # as a viewer sees it
+    for args in ([*execute, widgetless, "panel.ipynb"], ["--to", "html", "run.ipynb"]):
+        done = subprocess.run(
+            [*jupyter, *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    [output] = nbformat.read(tmp_path / "run.ipynb", as_version=4).cells[1].outputs
+    text = output.data["text/plain"]
+    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +±[\d.]+% .* 20 +ok\n", text), text
+    assert "Diagnosis:\n- [" in text
+    page = (tmp_path / "run.html").read_text()
+    rows = re.findall(r"<tr>(.*?)</tr>", page.split('<table class="speedlab-table">')[1])
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[1])
+    assert cells[:2] == ["1", "baseline"] and cells[-2:] == ["20", "ok"]
+    assert "<b>Diagnosis</b><ul><li>" in page

@@ -1,0 +1,72 @@
+"""What libraries print and display during a panel run, kept in the panel, collapsed.
+
+A panel run trains in a background thread, and what Lightning writes there (its warnings, its
+progress bar) would land under whichever cell the front end links it to: under the panel's
+cell in nbclassic, nowhere in JupyterLab. Two mechanisms of Jupyter's own put it in the panel
+instead. ipykernel (7 and later) sends a thread's output as a reply to the request that thread
+names (``set_thread_parent``), and an ``ipywidgets.Output`` whose ``msg_id`` is that request
+takes every such reply, in JupyterLab, Notebook 7 and nbclassic alike (``with output:`` works
+the same way; front ends apply the claim before they show the messages sent after it). So while
+a run lasts, its thread names the request that showed the section, and the section claims it.
+Output widgets of the library's own (rich's live display) nest inside, as ``with output:``
+blocks do. Without a kernel that has ``set_thread_parent`` nothing is redirected.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import ipywidgets as widgets
+
+TITLE = "Lightning's output during the last run (warnings, progress bar)"
+
+
+def current_request() -> dict[str, Any] | None:
+    """The kernel request being handled now (a cell's execute request), if in a kernel."""
+    from IPython import get_ipython
+
+    get_parent = getattr(get_ipython(), "get_parent", None)
+    request = get_parent() if get_parent is not None else None
+    return request if request and request.get("header", {}).get("msg_id") else None
+
+
+class ThreadOutput:
+    """A collapsed section that holds a thread's output while ``capture()`` lasts.
+
+    Args:
+        title: the section's title.
+    """
+
+    def __init__(self, title: str = TITLE) -> None:
+        self.output = widgets.Output()
+        self.widget = widgets.Accordion([self.output], titles=(title,), selected_index=None)
+        self.request: dict[str, Any] | None = None
+
+    def attach(self, request: dict[str, Any] | None) -> None:
+        """Send captured output as replies to ``request``, the one that showed the section (its
+        cell's output area listens for them while the page is open)."""
+        self.request = request
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        """Send what the calling thread prints and displays into the section (emptied first)."""
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        set_thread_parent = getattr(shell, "set_thread_parent", None)
+        if self.request is None or set_thread_parent is None:
+            yield
+            return
+        self.output.outputs = ()
+        self.output.msg_id = self.request["header"]["msg_id"]
+        tokens = set_thread_parent(self.request)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()  # sent while the section still claims them
+            sys.stderr.flush()
+            shell.reset_thread_parent(tokens)
+            self.output.msg_id = ""
