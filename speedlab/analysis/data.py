@@ -248,9 +248,10 @@ def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     if workers == 0:
         advice = (
             "The loader waits for storage, not for the CPU. DataLoader workers keep several reads "
-            "in flight while the model trains, and waiting workers cost almost no CPU, so they "
-            "help even on a few cores. If the data fits in memory, --preload ram reads it once "
-            "before training and removes the reads from every step."
+            "in flight while the model trains, and waiting costs no CPU; what they decode and "
+            "augment still takes cores from torch's threads, so on a few cores measure them "
+            "(--workers 0,N). If the data fits in memory, --preload ram reads it once before "
+            "training and removes the reads from every step."
         )
         return Finding("io_bound", evidence, advice, "workers", severity, max(2, cores))
     advice = (
@@ -259,6 +260,13 @@ def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
         "data fits in memory; otherwise more workers put more reads in flight."
     )
     return Finding("io_bound", evidence, advice, "preload", severity, "ram")
+
+
+_DECODER = (
+    "Decoding JPEGs costs less with a faster decoder (simplejpeg, pillow-simd) or by decoding "
+    "at reduced size (Pillow's Image.draft), where images are stored larger than the model "
+    "trains on; lesson 03 measures them."
+)
 
 
 def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
@@ -281,7 +289,7 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
             + tight
             + "--preload ram decodes every sample once, before training (augmentation still runs "
             "each step); DataLoader workers (--workers N) decode in parallel and pay off when "
-            "cores are free."
+            "cores are free. " + _DECODER
         )
         if spare > 0:
             return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
@@ -290,7 +298,7 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
         advice = (
             "preload=shm took the reads off storage, but every step still decodes the files. "
             "--preload ram decodes each sample once, before training (augmentation still runs "
-            "each step), if the decoded samples fit in memory."
+            "each step), if the decoded samples fit in memory. " + _DECODER
         )
         return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
     advice = (
@@ -319,9 +327,10 @@ def oversubscribed(run: RunResult) -> list[Finding]:
     )
     advice = (
         "Each time a worker runs it takes a core from one of torch's threads, and those wait "
-        "for each other at every operation: batch_time grows as workers are added, even when "
-        "they do little. Use fewer workers (with 0, loading runs between steps), or give torch "
-        f"fewer threads: torch.set_num_threads({max(1, cores - workers)}) at the top of the cell."
+        "for each other at every operation, so batch_time can grow as workers are added, even "
+        "when they do little (compare it across --workers 0,N). Use fewer workers (with 0, "
+        "loading runs between steps), or give torch fewer threads: "
+        f"torch.set_num_threads({max(1, cores - workers)}) at the top of the cell."
     )
     return [Finding("oversubscribed", evidence, advice, "workers", severity, fewer)]
 

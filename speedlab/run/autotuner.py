@@ -258,7 +258,8 @@ def autotune(
         f"Best configuration: {_label(_knobs(current))}, {current.samples_per_s:.1f} samples/s, "
         f"{overall.speedup:.2f}x the baseline ({overall.verdict})."
         if current is not sweep.baseline
-        else "Best configuration: the cell's own settings; no change helped beyond noise."
+        else "Best configuration: the cell's own settings; "
+        + ("no change helped beyond noise." if len(path) > 1 else "no change was measured.")
     )
     sweep.notes = notes
     sweep.diagnosis = diagnose_sweep(sweep)

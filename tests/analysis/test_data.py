@@ -23,6 +23,7 @@ def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
     found = the(diagnose(base), "cpu_bound")
     assert found.severity == "critical"
     assert "workers" in found.advice and "--preload ram" in found.advice
+    assert "simplejpeg" in found.advice and "Image.draft" in found.advice
     assert f"{waiting_share(base):.0%} of the step" in found.evidence
     assert (found.knob, found.value) == ("preload", "ram")  # torch uses both cores already
     assert "io_bound" not in kinds(diagnose(base))

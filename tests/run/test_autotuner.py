@@ -20,6 +20,7 @@ from speedlab.results.stats import summarize
 from speedlab.results.sweep import SweepResult
 from speedlab.run.autotuner import autotune, keeps, start_knobs
 from speedlab.run.knobs import KnobError
+from tests.doctor_runs import require_quiet
 from tests.records import run_of
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
@@ -33,7 +34,11 @@ def slow_reads() -> None:
 
 @pytest.fixture(scope="module")
 def tuned() -> SweepResult:
-    return speedlab.autotune(slow_reads, budget_s=60, steps=25, store=False)
+    """A search on a quiet machine: with another process on a core, idle loaders may have
+    waited for a core rather than for storage, and the doctor (rightly) names no knob."""
+    result = speedlab.autotune(slow_reads, budget_s=60, steps=25, store=False)
+    require_quiet(result.baseline)
+    return result
 
 
 def test_it_starts_from_the_cells_own_settings_and_changes_one_knob_at_a_time(
@@ -86,8 +91,12 @@ def test_a_spent_budget_leaves_only_the_baseline() -> None:
     start = time.perf_counter()
     result = autotune(slow_reads, budget_s=0.01, steps=10, store=False)
     assert len(result.runs) == 1
+    assert result.notes[-1].endswith("no change was measured.")
+    require_quiet(result.baseline)  # else the doctor may name no knob, and nothing is tried
     assert "would not fit in the 0 s budget" in result.notes[-2]
-    assert result.notes[-1].startswith("Best configuration: the cell's own settings")
+    assert (
+        result.notes[-1] == "Best configuration: the cell's own settings; no change was measured."
+    )
     assert time.perf_counter() - start < 30
 
 
