@@ -1,4 +1,5 @@
-"""Execute a notebook in a real kernel and measure it: wall time and peak RSS of the kernel tree.
+"""Execute a notebook in a real kernel and measure it: wall time and peak memory of the kernel tree
+(the kernel's RSS plus its workers' own pages, as speedlab counts a run's memory).
 
 Used by tests/test_notebooks.py and benchmarks/notebook_memory.py.
 """
@@ -16,6 +17,8 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
+from speedlab.measure.system import unique_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 _FIGURES_MARK = "SPEEDLAB-FIGURES:"
@@ -32,7 +35,8 @@ class Execution:
 
 
 class _PeakRss:
-    """Peak RSS of a process and all its descendants, sampled on a thread."""
+    """Peak memory of a process and all its descendants, each page once, sampled on a thread:
+    forked workers share the kernel's pages, and Binder's limit counts those once."""
 
     def __init__(self, pid: int) -> None:
         self.peak = 0
@@ -44,8 +48,11 @@ class _PeakRss:
     def _loop(self) -> None:
         while not self._stop.wait(0.2):
             try:
-                tree = [self._process, *self._process.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                used = self._process.memory_info().rss
+                for child in self._process.children(recursive=True):
+                    own = unique_bytes(child.pid)
+                    used += child.memory_info().rss if own is None else own
+                self.peak = max(self.peak, used)
             except psutil.Error:
                 continue
 

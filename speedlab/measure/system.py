@@ -44,7 +44,7 @@ class SystemSample:
     iowait_percent: float | None  # None where the OS does not report iowait
     main_cpu_percent: float | None
     workers_cpu_percent: float | None  # all child processes together
-    rss_bytes: int  # main process plus all children
+    rss_bytes: int  # main process plus its workers, each page once (see ``_Reader.read``)
     workers: int  # child processes alive
     shm_used_bytes: int | None
     torch_threads: int | None  # None unless torch is imported
@@ -52,6 +52,7 @@ class SystemSample:
     gpu_mem_bytes: int | None  # device memory in use (NVML), else torch's reserved bytes
     # The thread that started the sampler (the one that trains), where the OS reports it
     train_thread_cpu_percent: float | None = None
+    workers_rss_counted: bool = False  # a worker's whole RSS was added (see ``unique_bytes``)
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,15 @@ class SystemSummary:
     main_cpu_percent: float  # percent of one core, as in SystemSample
     workers_cpu_percent: float
     peak_workers: int
-    peak_rss_bytes: int
+    peak_rss_bytes: int  # each page once: the main process's RSS plus its workers' own pages
     peak_shm_bytes: int | None
     torch_threads: int | None
     gpu_util_percent: float | None  # None without a GPU
     gpu_mem_peak_bytes: int | None
     train_thread_cpu_percent: float | None = None  # None where the OS does not report it
+    # Set where the workers' own pages could not be read and their whole RSS was added, so
+    # pages they share with the main process count more than once
+    memory_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -200,7 +204,32 @@ def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
         train_thread_cpu_percent=(
             weighted(lambda s: s.train_thread_cpu_percent or 0.0) if has_thread else None
         ),
+        memory_note=OVERCOUNTED if any(s.workers_rss_counted for s in samples) else None,
     )
+
+
+OVERCOUNTED = (
+    "memory adds each worker's whole RSS (its own pages could not be read here), so pages "
+    "the workers share with the main process count once per worker"
+)
+_PRIVATE = (b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")
+
+
+def unique_bytes(pid: int) -> int | None:
+    """The pages only this process maps (its unique set size), from /proc; None where
+    unreadable.
+
+    A forked worker shares the main process's pages until either writes them, so adding its
+    RSS counts a large dataset or the model once per worker. smaps_rollup is read for workers
+    only: reading it walks the process's page tables, which the training process must not
+    wait for.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_bytes().splitlines()
+    except OSError:
+        return None
+    found = [int(line.split()[1]) * 1024 for line in lines if line.startswith(_PRIVATE)]
+    return sum(found) if found else None
 
 
 def _thread_cpu_s(stat: Path) -> float | None:
@@ -284,7 +313,9 @@ class _Reader:
         thread_cpu = _thread_cpu_s(self._thread_stat)
         # CPU time of children that have exited and been waited for lands here.
         reaped_cpu = main_times.children_user + main_times.children_system
+        # Pages a worker shares with the main process are in the main process's RSS already.
         rss = self._main.memory_info().rss
+        rss_counted = False
         children_cpu: dict[psutil.Process, float] = {}
         before_cpu: dict[psutil.Process, float] = {}
         descendants = self._descendants()
@@ -295,7 +326,9 @@ class _Reader:
                 with child.oneshot():
                     times = child.cpu_times()
                     if child not in self._before:
-                        rss += child.memory_info().rss
+                        own = unique_bytes(child.pid)
+                        rss_counted |= own is None
+                        rss += child.memory_info().rss if own is None else own
             except psutil.Error:
                 continue
             owner = before_cpu if child in self._before else children_cpu
@@ -316,6 +349,7 @@ class _Reader:
             torch_threads=torch.get_num_threads() if torch is not None else None,
             gpu_util_percent=gpu_util,
             gpu_mem_bytes=gpu_mem if gpu_mem is not None else torch_gpu_memory(torch),
+            workers_rss_counted=rss_counted,
         )
         # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.
         self._before_reaped_cpu += sum(

@@ -27,8 +27,11 @@ def run_report(run: RunResult) -> str:
     if run.system:
         lines.append(
             f"CPU           {fmt(run.system.get('cpu_percent'), '.0f')}% of the machine, "
-            f"peak RSS {fmt(run.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB"
+            f"peak RSS {fmt(run.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB "
+            "(resident memory of the run's processes, each page once)"
         )
+        if note := run.system.get("memory_note"):
+            lines.append(f"note: {note}")
     if run.final_loss is not None:
         lines.append(f"final loss    {run.final_loss:.4f}")
     if run.ranks:

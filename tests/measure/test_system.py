@@ -113,6 +113,50 @@ def test_rss_includes_a_worker_holding_200_mb() -> None:
     assert sampler.samples[0].rss_bytes < main_rss + 0.5 * nbytes  # before the worker started
 
 
+def read_shared(block: bytearray, ready: Event, release: Event) -> None:
+    assert sum(block[::4096]) == 0  # reads every page the main process wrote: shared, not copied
+    ready.set()
+    release.wait(30)
+
+
+def test_pages_workers_share_with_the_main_process_count_once() -> None:
+    """Forked workers that read a 200 MB block of the main process map its pages (each one's RSS
+    includes them) but share them: the machine holds the block once, and so does the figure."""
+    nbytes = 200 * 2**20
+    block = bytearray(nbytes)  # zero-filled and written, so resident in this process
+    main_rss = psutil.Process().memory_info().rss
+    ready = [FORK.Event() for _ in range(3)]
+    release = FORK.Event()
+    workers = [FORK.Process(target=read_shared, args=(block, r, release)) for r in ready]
+    try:
+        with SystemSampler() as sampler:
+            for worker in workers:
+                worker.start()
+            assert all(r.wait(30) for r in ready)
+            time.sleep(0.3)
+            summed = sum(psutil.Process(w.pid).memory_info().rss for w in workers)
+        summary = sampler.stop()
+    finally:
+        release.set()
+        for worker in workers:
+            worker.join()
+    assert summed > 3 * 0.9 * nbytes  # adding the workers' RSS would count the block 4 times
+    assert main_rss < summary.peak_rss_bytes < main_rss + 0.5 * nbytes
+    assert summary.memory_note is None
+
+
+def test_where_a_workers_own_pages_cannot_be_read_the_figure_says_it_overcounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(speedlab.measure.system, "unique_bytes", lambda pid: None)
+    with SystemSampler() as sampler:
+        worker = FORK.Process(target=burn_cpu, args=(0.3,))
+        worker.start()
+        worker.join()
+    summary = sampler.stop()
+    assert summary.memory_note == speedlab.measure.system.OVERCOUNTED
+
+
 def test_children_older_than_the_run_are_not_its_workers() -> None:
     nbytes = 200 * 2**20
     ready, release = FORK.Event(), FORK.Event()
