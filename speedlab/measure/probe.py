@@ -27,6 +27,7 @@ from typing import Any
 from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
+from speedlab.measure.devices import device_timer
 from speedlab.measure.devices.cuda import CudaTimer
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
@@ -173,8 +174,9 @@ class _SpeedProbeCore:
             if action == fetch:
                 self._on_fetch_start()
             elif action == batch:
-                if self._cuda is not None:
+                if self._syncs is not None:
                     self._syncs.enter(len(self.records["batch_time"]))
+                if self._cuda is not None:
                     self._cuda.start()
                 self._batch_start = _perf()
 
@@ -188,6 +190,7 @@ class _SpeedProbeCore:
                 self._batch_end = _perf()
                 if self._cuda is not None:
                     self._cuda.stop(len(self.records["batch_time"]))
+                if self._syncs is not None:
                     self._syncs.exit()
             if not silent:
                 stop(action)
@@ -212,8 +215,9 @@ class _SpeedProbeCore:
             return
         self._close_step(_perf())
         self._detach()
-        if self._cuda is not None:
+        if self._syncs is not None:
             self._syncs.exit()  # the debug mode back as it was, if a watched step was cut short
+        if self._cuda is not None:
             self._cuda.resolve(self.records["batch_time"], wait=True)
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
@@ -262,8 +266,8 @@ class _SpeedProbeCore:
         plan = training_plan(trainer, self.own_max_steps)
         self._workload = {"loader_workers": loader_workers(loaders), **plan}
         self.device = str(pl_module.device.type)
+        self._cuda = device_timer(self.device)
         if self.device == "cuda":
-            self._cuda = CudaTimer()
             self._syncs = SyncWatch(self.warmup)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
