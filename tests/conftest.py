@@ -14,6 +14,19 @@ import pytest
 pytest_plugins = ["tests.doctor_runs"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that fork ranks first, gpu tests last: once CUDA is initialised in this process a
+    forked rank cannot use it and Lightning refuses to fork, and on a GPU machine any test that
+    trains on the default accelerator initialises it."""
+
+    def group(item: pytest.Item) -> int:
+        if item.get_closest_marker("forks"):
+            return 0
+        return 2 if item.get_closest_marker("gpu") else 1
+
+    items.sort(key=group)  # stable: the order within each group is kept
+
+
 @pytest.fixture(scope="session")
 def lab_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One dataset cache for the whole session: the image lab is generated once."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import psutil
 import pytest
+import torch
 
 from speedlab.analysis.ranks import rank_findings
 from speedlab.analysis.scaling import scaling
@@ -25,6 +26,8 @@ from speedlab.measure.machine import usable_cores
 from speedlab.measure.ranks import job_result, slowest_rank
 from speedlab.results.run import RunResult
 from speedlab.run.forking import CudaBeforeForkError, check_fork
+
+pytestmark = pytest.mark.forks
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "ddp_script.py"
 
@@ -81,6 +84,7 @@ def descendants() -> Callable[[], list[psutil.Process]]:
 
 
 def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell, descendants) -> None:
+    assert not torch.cuda.is_initialized()  # tests that fork run before any that could
     sweep = shell.run_cell_magic(
         "profile_train",
         "--devices 1,2 --strategy ddp_notebook --steps 30 -o",
