@@ -111,7 +111,7 @@ def _no_leftovers(request: pytest.FixtureRequest):
     if children:
         problems.append(f"processes left alive: {children}")
     if signal.getsignal(signal.SIGINT) != sigint:
-        problems.append("SIGINT handler changed")
+        problems.append(f"SIGINT handler changed: {signal.getsignal(signal.SIGINT)!r}")
         signal.signal(signal.SIGINT, sigint)
     if torch.get_float32_matmul_precision() != matmul:
         problems.append("matmul precision changed")

@@ -32,6 +32,8 @@ torch.utils.benchmark warns)."""
 MIN_STEPS = 3
 """Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
 is compared."""
+SAME = "the same configuration"
+"""What ``inert_knobs`` names when two runs differ in no knob: a user measuring the noise."""
 TOO_FEW = "too few to tell"
 """The verdict when a run has fewer than ``MIN_STEPS`` measurements: no claim either way."""
 
@@ -73,7 +75,8 @@ class Comparison:
     b: Summary
     warnings: tuple[str, ...] = ()
     advice: str | None = None
-    inert: tuple[str, ...] = ()  # the knobs told apart, where none of them could act here
+    # The knobs told apart, where none of them could act here (``SAME`` when none differ)
+    inert: tuple[str, ...] = ()
 
     @property
     def enough(self) -> bool:
@@ -90,6 +93,11 @@ class Comparison:
         return "faster" if self.speedup > 1 else "slower"
 
     def __str__(self) -> str:
+        if self.inert == (SAME,):
+            return (
+                f"{self.speedup:.2f}x, {self.verdict}: the same configuration ran twice, so the "
+                "difference is the machine's"
+            )
         if self.inert:
             return (
                 f"{self.speedup:.2f}x, {self.verdict}: {', '.join(self.inert)} changed nothing "
@@ -131,7 +139,10 @@ def _acts(knob: str, run: RunResult) -> bool:
 
 def inert_knobs(a: RunResult, b: RunResult) -> tuple[str, ...]:
     """The knobs a and b differ in, when none of them could act on either run (the two ran the
-    same computation, and any difference in speed is the machine's); () otherwise."""
+    same computation, and any difference in speed is the machine's); ``(SAME,)`` when they ran
+    one configuration; () otherwise."""
+    if a is b or (a.knobs and a.knobs == b.knobs):  # "fit" too: another fit of the cell differs
+        return (SAME,)
     knobs = sorted(differs(a.knobs, b.knobs))
     if not knobs or any(k not in a.knobs or k not in b.knobs for k in knobs):
         return ()

@@ -21,7 +21,7 @@ from speedlab.analysis.verdict import diagnose_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.results.sweep import SweepResult
-from tests.doctor_runs import the
+from tests.doctor_runs import require_quiet, the
 from tests.records import run_of
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
@@ -43,7 +43,9 @@ def test_two_identical_configurations_are_within_noise() -> None:
     sweep = profile(known_cost(), workers=[0, 0], steps=12, repeat=3)
     result = compare(*sweep.runs)
     assert (result.significant, result.verdict) == (False, "within noise")
+    assert "the same configuration ran twice" in str(result)  # even on a busy machine
     assert result.a.n == result.b.n == 3  # the replicates, not the steps
+    require_quiet(*sweep.runs)
     assert 0.8 < result.speedup < 1.25
     [verdict] = [f for f in diagnose_sweep(sweep) if f.kind == "verdict"]
     assert verdict.evidence.startswith("No run beat the baseline beyond noise")
@@ -97,15 +99,17 @@ def test_workers_that_hand_over_batches_in_bursts_are_judged_over_whole_rounds()
 def test_a_2x_change_between_bursty_loaders_is_significant() -> None:
     slow, fast = profile(known_cost(step_s=0.005, sleep_s=0.006), workers=[2, 4], steps=30).runs
     result = compare(slow, fast)
-    assert (result.verdict, result.a.n, result.b.n) == ("faster", 6, 6)  # windows of rounds
-    assert 1.5 < result.speedup < 2.5
+    assert (result.a.n, result.b.n) == (6, 6)  # windows of rounds
+    # Beside other work, 4 workers on few cores fall short of 2x, and the bar rises with it.
+    require_quiet(slow, fast)
+    assert result.verdict == "faster" and 1.5 < result.speedup < 2.5
 
 
 @pytest.mark.parametrize(("steps", "verdict"), [(40, TOO_FEW), (50, "faster")])
 def test_too_few_windows_are_never_within_noise_and_say_how_many_steps(steps, verdict) -> None:
     # 15 workers: one window of throughput is a round of 15 steps; 35 steady steps make 2.
-    slow = run_of([0.2] * steps, [0.1] * steps, knobs={"workers": 15}, warmup=5)
-    fast = run_of([0.0] * steps, [0.1] * steps, knobs={"workers": 15}, warmup=5)
+    slow = run_of([0.2] * steps, [0.1] * steps, knobs={"workers": 15, "batch_size": 8}, warmup=5)
+    fast = run_of([0.0] * steps, [0.1] * steps, knobs={"workers": 15, "batch_size": 16}, warmup=5)
     result = compare(slow, fast)
     assert result.speedup == pytest.approx(3.0)
     assert result.verdict == verdict

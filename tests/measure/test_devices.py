@@ -3,6 +3,7 @@ simulated asynchronous device (the real CUDA path runs in the gpu-marked tests).
 
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
 
@@ -17,6 +18,13 @@ from speedlab.measure.probe import SpeedProbe
 from tests.simulated_device import SimulatedDevice
 
 STEP_S = 0.02  # the device's work per step
+
+
+def device_work(batch_times: list[float]) -> bool:
+    """Whether the spans are the device's ``STEP_S`` of work: never less (queueing it takes the
+    host a fraction of a millisecond), and about that (a busy machine wakes the device's thread
+    late: more, now and then)."""
+    return min(batch_times) > 0.9 * STEP_S and statistics.median(batch_times) < 1.5 * STEP_S
 
 
 def test_the_cpu_is_timed_by_the_hosts_clock() -> None:
@@ -36,7 +44,7 @@ def test_batch_time_is_the_devices_work_not_the_hosts_queueing() -> None:
         timer.resolve(batch_times)
     assert max(batch_times[-3:]) < STEP_S / 4  # the device is behind: not resolved yet
     timer.resolve(batch_times, wait=True)
-    assert all(STEP_S * 0.9 < b < STEP_S * 2 for b in batch_times), batch_times
+    assert device_work(batch_times)
 
 
 def test_a_step_that_raised_before_it_was_recorded_is_dropped() -> None:
@@ -91,7 +99,7 @@ def test_the_probe_reads_batch_time_from_the_device(device: SimulatedDevice) -> 
     fit(on_device(device), probe, steps=12)
     result = probe.result()
     assert result.steps == 12
-    assert all(STEP_S * 0.9 < b < STEP_S * 2 for b in result.records["batch_time"])
+    assert device_work(result.records["batch_time"])
 
 
 def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedDevice) -> None:
@@ -101,4 +109,4 @@ def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedD
     assert raised.traceback[-1].name == "training_step"  # the user's frame, not ours
     result = probe.result()
     assert len(result.records["batch_time"]) == 2  # the steps before it are kept
-    assert all(STEP_S * 0.9 < b < STEP_S * 2 for b in result.records["batch_time"])
+    assert device_work(result.records["batch_time"])
