@@ -102,7 +102,7 @@ def test_a_2x_change_between_bursty_loaders_is_significant() -> None:
     assert (result.a.n, result.b.n) == (6, 6)  # windows of rounds
     # Beside other work, 4 workers on few cores fall short of 2x, and the bar rises with it.
     require_quiet(slow, fast)
-    assert result.verdict == "faster" and 1.5 < result.speedup < 2.5
+    assert result.verdict == "faster" and 1.3 < result.speedup < 2.5  # 2x, less the hand-overs
 
 
 @pytest.mark.parametrize(("steps", "verdict"), [(40, TOO_FEW), (50, "faster")])
