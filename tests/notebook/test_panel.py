@@ -177,7 +177,8 @@ from speedlab.notebook.panel import show_panel
 from speedlab.run.intercept import RunControls
 
 def train():
-    loader = known_cost_loader(n=8 * 200, batch_size=8)
+    # 16 ms of sleep a batch against a 10 ms step: the doctor always has a finding to show.
+    loader = known_cost_loader(n=8 * 200, batch_size=8, sleep_s=0.002)
     pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER).fit(KnownCostModel(), loader)
 
 panel = show_panel(train, controls=RunControls(steps=20))
