@@ -14,6 +14,16 @@ import pytest
 pytest_plugins = ["tests.doctor_runs"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the test process Python's own Ctrl-C handler, as a notebook kernel has.
+
+    A background job of a non-interactive shell (``make test &``) starts with SIGINT ignored;
+    the interrupt tests send SIGINT as a user's Ctrl-C would, and would see it ignored.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that fork ranks first, gpu tests last: once CUDA is initialised in this process a
     forked rank cannot use it and Lightning refuses to fork, and on a GPU machine any test that
