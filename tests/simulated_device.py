@@ -7,9 +7,24 @@ queued, the events when it was done. It never replaces the check on a real GPU.
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import lightning.pytorch as pl
+
+import speedlab.measure.probe
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure.devices.events import EventTimeline
+
+STEP_S = 0.02
+"""The device's work a step, unless a test says otherwise."""
 
 
 class SimulatedEvent:
@@ -37,6 +52,8 @@ class SimulatedDevice:
 
     def __init__(self) -> None:
         self.queue: queue.Queue[float | SimulatedEvent] = queue.Queue()
+        self.worked: list[float] = []  # how long each piece of work really took (a busy host
+        # wakes the device's thread late)
         threading.Thread(target=self._run, name="simulated-device", daemon=True).start()
 
     def launch(self, seconds: float) -> None:
@@ -54,5 +71,66 @@ class SimulatedDevice:
             if isinstance(item, SimulatedEvent):
                 item.stamp = time.perf_counter()
             else:
+                start = time.perf_counter()
                 time.sleep(item)
+                self.worked.append(time.perf_counter() - start)
             self.queue.task_done()
+
+
+@contextlib.contextmanager
+def probe_on_simulated_device() -> Iterator[SimulatedDevice]:
+    """SpeedProbe times the (CPU) run's steps on a simulated device's timeline."""
+    device = SimulatedDevice()
+    timeline = lambda kind: EventTimeline(device.event, device.synchronize)  # noqa: E731
+    # The device's thread shares the GIL with the host's: hand it over often, so the device
+    # stamps an event when it gets there, not when the host lets go (every 5 ms by default).
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.0001)
+    try:
+        with mock.patch.object(speedlab.measure.probe, "device_timeline", timeline):
+            yield device
+    finally:
+        sys.setswitchinterval(switch)
+
+
+class OnDevice(KnownCostModel):
+    """Queues ``work_s`` of work on the simulated device each step; step ``fail_at`` raises.
+
+    With ``copy_s``, each batch's copy to the device is a copy from pageable memory: queued
+    behind the device's earlier work, with the host waiting until it is done.
+    """
+
+    fail_at: int | None = None
+    work_s = STEP_S
+    copy_s = 0.0
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        if self.copy_s:
+            self.simulated.launch(self.copy_s)
+            self.simulated.synchronize()
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == self.fail_at:
+            raise RuntimeError(f"step {batch_idx} fails")
+        self.simulated.launch(self.work_s)
+        return super().training_step(batch, batch_idx)
+
+
+def on_device(
+    device: SimulatedDevice, fail_at: int | None = None, work_s: float = STEP_S, copy_s: float = 0.0
+) -> OnDevice:
+    # Set after __init__: Lightning copies a module's init arguments, and a device holds a lock.
+    model = OnDevice(step_s=0.0)
+    model.simulated, model.fail_at, model.work_s, model.copy_s = device, fail_at, work_s, copy_s
+    return model
+
+
+def fit_on_device(model: OnDevice, probe: Any, steps: int, *callbacks: pl.Callback, **data) -> None:
+    """Train ``model`` for ``steps`` under ``probe`` on ``known_cost_loader(**data)``."""
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=steps, callbacks=[probe, *callbacks], **QUIET_TRAINER
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, known_cost_loader(n=800, batch_size=8, **data))

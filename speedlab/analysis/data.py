@@ -12,7 +12,7 @@ import math
 import statistics
 
 from speedlab.analysis.compare import other_processes_cores, run_cores
-from speedlab.analysis.findings import Finding, torch_threads
+from speedlab.analysis.findings import Finding, device_name, torch_threads
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 
@@ -36,6 +36,9 @@ IOWAIT_NOTABLE = 5.0
 and shows none)."""
 IN_MEMORY_DATASETS = frozenset({"TensorDataset"})
 """Datasets whose samples are tensors in memory: their loading cost is indexing and collation."""
+COPY_SHARE = 0.5
+"""Share of the device's wait for input taken by the host-to-device copy (where the device's
+timeline shows it) from which the copy, not the loader, limits the run."""
 
 
 def workers_making(run: RunResult) -> float | None:
@@ -127,6 +130,9 @@ def data_bound(run: RunResult) -> list[Finding]:
             f"{fmt_ms(run.data_time)}), and compute {fmt_ms(run.batch_time)}: data is {share:.0%} of "
             "the time."
         )
+    copy = run.copy_time
+    if copy is not None and copy >= COPY_SHARE * run.data_time:
+        return [_copy_bound(run, head, copy, severity)]
     making = workers_making(run) if workers else None
     if making is not None and making < WORKERS_KEEP_UP:
         return [_handover(run, head, making, severity)]
@@ -184,6 +190,26 @@ def data_bound(run: RunResult) -> list[Finding]:
     elif busy < LOADER_BUSY_MIN:
         return [_io_bound(run, head + " " + who, severity)]
     return [_cpu_bound(run, head + " " + who, severity)]
+
+
+def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Finding:
+    pinned = run.knobs.get("pin_memory") is True
+    evidence = (
+        f"{head} Of that wait, {fmt_ms(copy)} is the copy of the batch to the {device_name(run)}: "
+        "the time goes to the copy, not to storage or decoding."
+    )
+    if pinned:
+        advice = (
+            "The batches are pinned already: copy fewer bytes (uint8 images, converted and "
+            "normalised on the device), or overlap the copy with the previous step's work."
+        )
+        return Finding("copy_bound", evidence, advice, None, severity)
+    advice = (
+        "A copy from pageable memory waits for the device's earlier work and cannot overlap it. "
+        "Pinned (page-locked) batches let Lightning's non-blocking copy run beside the device's "
+        "work; measure it, as pinning costs the loader time too."
+    )
+    return Finding("copy_bound", evidence, advice, "pin_memory", severity, True)
 
 
 def _contention(run: RunResult) -> str:

@@ -25,6 +25,7 @@ KINDS = (
     "overhead_bound",
     "io_bound",
     "cpu_bound",
+    "copy_bound",
     "oversubscribed",
     "straggler",
     "epoch_start",
@@ -70,6 +71,15 @@ class Finding:
     def __str__(self) -> str:
         tried = f" Try {option_text(self.knob, self.value)}." if self.knob else ""
         return f"[{self.severity}] {self.kind}: {self.evidence} {self.advice}{tried}"
+
+
+DEVICE_NAMES = {"cuda": "GPU", "mps": "GPU", "xla": "TPU"}
+"""What the texts call each kind of device (``torch.device.type``)."""
+
+
+def device_name(run: RunResult) -> str:
+    """The run's device as the texts name it: ``GPU`` for CUDA, or the device's own type."""
+    return DEVICE_NAMES.get(run.device, run.device)
 
 
 def option_text(knob: str, *values: Any) -> str:

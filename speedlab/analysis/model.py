@@ -5,7 +5,7 @@ hardware the run measured can do about it."""
 from __future__ import annotations
 
 from speedlab.analysis.data import waiting_share
-from speedlab.analysis.findings import Finding, batch_size
+from speedlab.analysis.findings import Finding, batch_size, device_name
 from speedlab.measure.numerics import cpu_has_bf16, cpu_matmul_changes
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
@@ -20,6 +20,10 @@ OVERHEAD_STEP_CRITICAL_S = 0.004
 """Median step time below which overhead is most of the step (critical)."""
 BATCH_SIZE_FACTOR = 4
 """How much larger a batch the doctor suggests for an overhead-bound run."""
+HIDDEN_LOADING_FACTOR = 2.0
+HIDDEN_LOADING_MIN_S = 0.001
+"""On an asynchronous device, the loading is hidden behind the device's work where the host
+waited more than twice, and a millisecond more than, the time the device sat idle for input."""
 
 
 def overhead_bound(run: RunResult) -> list[Finding]:
@@ -45,12 +49,25 @@ def overhead_bound(run: RunResult) -> list[Finding]:
     ]
 
 
+def hidden_loading(run: RunResult) -> str:
+    """A sentence where the host waited for the loader while the device kept working ('' if not):
+    the wait is hidden, so loading knobs cannot speed the run up."""
+    host = run.host_data_time
+    if not host > HIDDEN_LOADING_FACTOR * run.data_time + HIDDEN_LOADING_MIN_S:
+        return ""
+    return (
+        f" The host waited {fmt_ms(host)} a step for the loader, but the {device_name(run)} sat "
+        f"idle only {fmt_ms(run.data_time)}: the loading runs while the device works, so more "
+        "workers or preloading would not make this run faster."
+    )
+
+
 def model_bound(run: RunResult) -> list[Finding]:
     if not waiting_share(run) < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
         return []
     evidence = (
         f"Data is {run.data_share:.0%} of the step: the model's compute ({fmt_ms(run.batch_time)} "
-        "per step) is the bottleneck."
+        "per step) is the bottleneck." + hidden_loading(run)
     )
     k = run.knobs
     compiled = k.get("compile") not in (None, "off") or run.phases.get("compile", 0) > 0

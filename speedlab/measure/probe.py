@@ -8,9 +8,15 @@ callback hooks around them:
 
 - data_time: from the fetch start to ``on_train_batch_start`` (loader wait + host-to-device
   transfer); for the first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
-- batch_time: the ``run_training_batch`` span; on CUDA, from events read a few steps later.
-  On CUDA, a few warm-up spans also count the host syncs made in them (``speedlab.measure.syncs``).
+- batch_time: the ``run_training_batch`` span.
 - wall: from this step's start to the next one's, validation excluded.
+
+On an asynchronous device (CUDA) those edges are also marked in the device's queue, and the
+device's own stamps, read a few steps later, replace the host's figures
+(``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
+of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
+the loader, which the device's work may hide. On CUDA, a few warm-up spans also count the host
+syncs made in them (``speedlab.measure.syncs``).
 
 The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
 """
@@ -27,8 +33,8 @@ from typing import Any
 from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
-from speedlab.measure.devices import device_timer
-from speedlab.measure.devices.cuda import CudaTimer
+from speedlab.measure.devices import device_timeline
+from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
@@ -153,7 +159,7 @@ class _SpeedProbeCore:
         self._workload: dict[str, int] = {}
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
-        self._cuda: CudaTimer | None = None
+        self._timeline: EventTimeline | None = None
         self._syncs: SyncWatch | None = None
         self._trainer = trainer
         self._active = True
@@ -176,8 +182,7 @@ class _SpeedProbeCore:
             elif action == batch:
                 if self._syncs is not None:
                     self._syncs.enter(len(self.records["batch_time"]))
-                if self._cuda is not None:
-                    self._cuda.start()
+                self._mark("start")
                 self._batch_start = _perf()
 
         ranks = self.distributed
@@ -188,10 +193,11 @@ class _SpeedProbeCore:
                 ranks.saw(error)
             if action == batch:
                 self._batch_end = _perf()
-                if self._cuda is not None:
-                    self._cuda.stop(len(self.records["batch_time"]))
+                self._mark("end")
                 if self._syncs is not None:
                     self._syncs.exit()
+            elif action == fetch:
+                self._mark("fetched")
             if not silent:
                 stop(action)
 
@@ -213,29 +219,48 @@ class _SpeedProbeCore:
     def _finish(self) -> None:
         if not self._active:
             return
-        self._close_step(_perf())
-        self._detach()
-        if self._syncs is not None:
-            self._syncs.exit()  # the debug mode back as it was, if a watched step was cut short
-        if self._cuda is not None:
-            self._cuda.resolve(self.records["batch_time"], wait=True)
+        try:
+            self._close_step(_perf())
+            if self._timeline is not None:
+                self._timeline.resolve(self.records, wait=True)
+        except Exception:
+            # A failed device stays failed (a CUDA error is sticky): the user's own error is
+            # the one to see, and the steps keep the host's figures.
+            if self.exception is None:
+                raise
+        finally:
+            self._detach()
+            if self._syncs is not None:
+                self._syncs.exit()  # the debug mode back as it was, if a step was cut short
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
     # -- timing points ----------------------------------------------------------------------
 
+    def _mark(self, point: str, index: int | None = None) -> None:
+        """Mark ``point`` of a step (the one being fetched or trained, by default) in the
+        device's queue, on an asynchronous device."""
+        if self._timeline is not None:
+            self._timeline.mark(len(self.records["data_time"]) if index is None else index, point)
+
     def _on_fetch_start(self) -> None:
         now = _perf()
         if self._first_in_epoch:
             return  # the epoch's first step waits from on_train_epoch_start
+        self._begin_step(now)
+
+    def _begin_step(self, now: float) -> None:
+        """Close the open step and start the next one's wait for its batch."""
         self._close_step(now)
         self._origin = now
+        self._mark("origin")
 
     def _close_step(self, now: float) -> None:
         """End the open step: its wall runs until now, less validation run in between."""
         if self._step_open:
             self.records["wall"][-1] = now - self._origin - self._val_since
             self._step_open = False
+            self._mark("close", len(self.records["wall"]) - 1)
         self._val_since = 0.0
 
     def _phase(self, index: int) -> str:
@@ -266,15 +291,15 @@ class _SpeedProbeCore:
         plan = training_plan(trainer, self.own_max_steps)
         self._workload = {"loader_workers": loader_workers(loaders), **plan}
         self.device = str(pl_module.device.type)
-        self._cuda = device_timer(self.device)
+        self._timeline = device_timeline(self.device)
+        if self._timeline is not None:
+            self.records.update(host_data_time=[], copy_time=[])
         if self.device == "cuda":
             self._syncs = SyncWatch(self.warmup)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        now = _perf()
-        self._close_step(now)
-        self._origin = now
+        self._begin_step(_perf())
         self._first_in_epoch = True
         self._epoch = trainer.current_epoch
 
@@ -296,6 +321,9 @@ class _SpeedProbeCore:
         index = len(r["data_time"])
         r["t"].append(self._origin - self._t0)
         r["data_time"].append(self._hook_start - self._origin)
+        if self._timeline is not None:  # the host's figures until the device's replace them
+            r["host_data_time"].append(self._hook_start - self._origin)
+            r["copy_time"].append(0.0)
         r["batch_time"].append(self._batch_end - self._batch_start)
         r["wall"].append(self._batch_end - self._origin)
         r["samples"].append(self._batch_samples)
@@ -306,8 +334,8 @@ class _SpeedProbeCore:
         loss = outputs.get("loss") if isinstance(outputs, (dict, Mapping)) else outputs
         if loss is not None:
             self._last_loss = loss
-        if self._cuda is not None:
-            self._cuda.resolve(r["batch_time"])
+        if self._timeline is not None:
+            self._timeline.resolve(r)
         self.distributed.step_end()
         if (index + 1) % self.log_every_n_steps == 0:
             self._log(trainer, index)
@@ -329,9 +357,13 @@ class _SpeedProbeCore:
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
+        if self._step_open:
+            self._mark("val_start", len(self.records["wall"]) - 1)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
+            if self._step_open:
+                self._mark("val_end", len(self.records["wall"]) - 1)
             seconds = _perf() - self._val_start
             self.phases["validation"] += seconds
             self._val_since += seconds

@@ -15,6 +15,8 @@ from speedlab.results.table import fmt
 
 PHASES = ("setup", "preload", "compile", "epoch_start", "warmup", "steady", "validation")
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
+DEVICE_RECORD_KEYS = ("host_data_time", "copy_time")
+"""Records of a run on an asynchronous device only (see ``RunResult``)."""
 WORKERS_CPU_MIN_PERCENT = 1.0
 """CPU (percent of a core) the child processes must use before they count as DataLoader
 workers when nothing else says how many workers there were."""
@@ -36,10 +38,13 @@ class RunResult:
 
     ``records`` holds one entry per training step in parallel lists: ``t`` (seconds since the
     fit started, when the step began waiting for its batch), ``data_time``, ``batch_time``,
-    ``wall`` (host wall time of the whole step, validation excluded, so it also holds other
+    ``wall`` (wall time of the whole step, validation excluded, so it also holds other
     callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are medians over steps
-    in the ``steady`` phase. ``records["pipeline"]``, when present, holds the DataLoader workers'
-    batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.measure.pipeline).
+    in the ``steady`` phase. On an asynchronous device (CUDA) the steps' edges come from the
+    device's own timeline: data_time is the time the device sat idle for want of input,
+    ``copy_time`` the host-to-device copy's part of it, and ``host_data_time`` the host's wait
+    for the loader, which the device's work may hide. ``records["pipeline"]``, when present,
+    holds the DataLoader workers' batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.measure.pipeline).
     ``host_syncs``, on a GPU, counts the synchronizing CUDA operations of a few warm-up steps
     per source line (``{"steps": n, "lines": [{"file", "line", "count"}]}``; speedlab.measure.syncs).
     """
@@ -96,6 +101,18 @@ class RunResult:
     @property
     def batch_time(self) -> float:
         return self.batch_summary.median
+
+    @property
+    def host_data_time(self) -> float:
+        """The host's wait for the loader (data_time itself where the two clocks are one)."""
+        return self._summary(
+            "host_data_time" if "host_data_time" in self.records else "data_time"
+        ).median
+
+    @property
+    def copy_time(self) -> float | None:
+        """The host-to-device copy's part of data_time, where the device's timeline shows it."""
+        return self._summary("copy_time").median if "copy_time" in self.records else None
 
     @property
     def step_time(self) -> float:
@@ -258,6 +275,7 @@ class RunResult:
 def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:
     """The step records, and the worker stamps (``pipeline``, see speedlab.measure.pipeline) if any."""
     out: dict[str, Any] = {k: list(records.get(k, [])) for k in RECORD_KEYS}
+    out.update({k: list(records[k]) for k in DEVICE_RECORD_KEYS if k in records})
     if "pipeline" in records:
         out["pipeline"] = {k: list(v) for k, v in records["pipeline"].items()}
     return out

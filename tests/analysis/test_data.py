@@ -3,16 +3,20 @@ bursts, and workers oversubscribing the cores."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from speedlab.analysis.compare import run_cores
 from speedlab.analysis.data import waiting_share
 from speedlab.analysis.doctor import diagnose
 from speedlab.measure.machine import usable_cores
+from speedlab.measure.probe import SpeedProbe
 from speedlab.results.run import RunResult, empty_records
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import kinds, require_quiet, the
 from tests.records import run_of
+from tests.simulated_device import fit_on_device, on_device, probe_on_simulated_device
 
 
 def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
@@ -131,3 +135,20 @@ def test_after_preload_shm_decoding_still_runs_and_preload_ram_is_what_removes_i
     found = the(diagnose(run), "cpu_bound")
     assert "every step still decodes" in found.advice
     assert (found.knob, found.value) == ("preload", "ram")
+
+
+def test_a_pageable_copy_is_its_own_part_not_io_and_pinning_is_suggested() -> None:
+    """Batches in memory, each copied from pageable memory behind the device's 20 ms of work: the
+    host's wait holds the device's work, the device's own wait is the 5 ms copy."""
+    with probe_on_simulated_device() as device:
+        probe = SpeedProbe(warmup=5, sample_system=False)
+        fit_on_device(on_device(device, work_s=0.02, copy_s=0.005), probe, 40)
+    run = replace(probe.result(), device="cuda")  # its figures are the simulated device's
+    assert run.host_data_time > 0.02  # the copy waited for the previous step's work
+    assert 0.005 <= run.copy_time < 0.008 and run.data_time < run.copy_time + 0.002
+    found = the(diagnose(run), "copy_bound")
+    assert "is the copy of the batch to the GPU" in found.evidence
+    assert (found.knob, found.value) == ("pin_memory", True)
+    assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))
+    pinned = replace(run, knobs={"pin_memory": True})
+    assert the(diagnose(pinned), "copy_bound").knob is None

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from speedlab.analysis.doctor import diagnose
 from speedlab.measure.numerics import cpu_matmul_changes
+from speedlab.measure.probe import SpeedProbe
 from speedlab.results.sweep import SweepResult
-from tests.doctor_runs import known_cost, profile, require_quiet, the
+from tests.doctor_runs import kinds, known_cost, profile, require_quiet, the
+from tests.simulated_device import fit_on_device, on_device, probe_on_simulated_device
 
 
 def test_mlp_lab_is_overhead_bound_and_asks_for_a_larger_batch(tabular_sweep: SweepResult) -> None:
@@ -25,3 +31,18 @@ def test_a_model_that_is_all_compute_is_model_bound_and_says_what_this_cpu_canno
         assert "--matmul changes nothing" in found.advice
     assert "bf16" in found.advice
     assert found.knob in ("compile", "precision")
+
+
+def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> None:
+    """The loader's 10 ms a step run while the device works 20 ms: the host waits for data, the
+    device does not, and no loading knob is suggested."""
+    with probe_on_simulated_device() as device:
+        probe = SpeedProbe(warmup=5, sample_system=False)
+        fit_on_device(on_device(device, work_s=0.02), probe, 40, sleep_s=0.00125)
+    run = replace(probe.result(), device="cuda")  # its figures are the simulated device's
+    if run.data_time > 0.002:
+        pytest.skip("the host fell behind the device (a busy machine): nothing was hidden")
+    found = the(diagnose(run), "model_bound")
+    assert "The host waited 1" in found.evidence and "the GPU sat idle only 0." in found.evidence
+    assert "more workers or preloading would not make this run faster" in found.evidence
+    assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))

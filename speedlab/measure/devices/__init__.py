@@ -1,11 +1,16 @@
-"""Device clocks: how each kind of device times a step, one module per device."""
+"""Device clocks: how each kind of device stamps a step's edges, one module per device."""
 
 from __future__ import annotations
 
-from speedlab.measure.devices.cuda import CudaTimer
+from speedlab.measure.devices.cuda import cuda_timeline
+from speedlab.measure.devices.events import EventTimeline
+
+ASYNC_DEVICES = {"cuda": cuda_timeline}
+"""Devices that run queued work behind the host, and how to make each one's timeline."""
 
 
-def device_timer(device: str) -> CudaTimer | None:
-    """The clock that times a step's work on ``device`` (a ``torch.device.type``); None where
-    the host's clock is the device's (the CPU)."""
-    return CudaTimer() if device == "cuda" else None
+def device_timeline(device: str) -> EventTimeline | None:
+    """The timeline of a step's edges on ``device`` (a ``torch.device.type``); None where the
+    host's clock is the device's (the CPU)."""
+    make = ASYNC_DEVICES.get(device)
+    return make() if make is not None else None

@@ -1,0 +1,72 @@
+"""A step's edges on an asynchronous device's own timeline, from events in its queue.
+
+The host queues a step's work and runs ahead, so its clock says when work was queued, not done.
+An event recorded in the device's queue is stamped when the device reaches it. The probe marks
+each step's edges as the host passes them; the device's stamps then give what the device did:
+
+- ``origin`` (the step begins waiting for its batch), ``fetched`` (the loader delivered it),
+  ``start`` and ``end`` (the training batch: forward, backward, optimizer), ``close`` (the step
+  ends), and ``val_start``/``val_end`` around validation run inside the step.
+- data_time: ``origin`` to ``start``: the time the device had nothing of this step to run, the
+  host-to-device copy included. copy_time: ``fetched`` to ``start``, the copy's part of it.
+- batch_time: ``start`` to ``end``; wall: ``origin`` to ``close``, less validation.
+
+The stamps are read once the device has passed them (``query``), a few steps later, or after
+one synchronisation at the end of the fit (``wait``): never a synchronisation per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class EventTimeline:
+    """Marks of step edges in the device's queue, resolved into per-step records.
+
+    ``event`` makes an event of the device (``record()``, ``query()``, ``elapsed_time(end)`` in
+    milliseconds, as ``torch.cuda.Event``); ``synchronize`` waits for the device's queue.
+    """
+
+    def __init__(self, event: Callable[[], Any], synchronize: Callable[[], None]) -> None:
+        self._event = event
+        self._synchronize = synchronize
+        self._pool: list[Any] = []
+        self._steps: dict[int, dict[str, Any]] = {}
+
+    def mark(self, index: int, point: str) -> None:
+        """The host reached ``point`` of step ``index``: the device stamps it when it gets there."""
+        event = self._pool.pop() if self._pool else self._event()
+        event.record()
+        self._steps.setdefault(index, {})[point] = event
+
+    def resolve(self, records: dict[str, list], *, wait: bool = False) -> None:
+        """Write the device's figures of closed steps into ``records``; with ``wait``,
+        synchronize once first and resolve every step left.
+
+        A step without its training batch raised before the probe recorded it, and a step past
+        the end of the records never got there: both are dropped, so the step's own error is
+        what the user sees.
+        """
+        if wait and self._steps:
+            self._synchronize()
+        for index in sorted(self._steps):
+            marks = self._steps[index]
+            close = marks.get("close")
+            if not wait and (close is None or not close.query()):
+                break
+            del self._steps[index]
+            if close is not None and index < len(records["batch_time"]) and "end" in marks:
+                self._write(records, index, marks)
+            self._pool += marks.values()
+
+    @staticmethod
+    def _write(records: dict[str, list], index: int, marks: dict[str, Any]) -> None:
+        def span(a: str, b: str) -> float:
+            return marks[a].elapsed_time(marks[b]) / 1e3
+
+        validation = span("val_start", "val_end") if "val_end" in marks else 0.0
+        records["data_time"][index] = span("origin", "start")
+        records["copy_time"][index] = span("fetched", "start")
+        records["batch_time"][index] = span("start", "end")
+        records["wall"][index] = span("origin", "close") - validation
