@@ -162,9 +162,10 @@ KNOBS: dict[str, KnobSpec] = {
             _on_off,
             "on or off",
             "Puts batches in page-locked host memory so the copy to a CUDA GPU is faster and "
-            "can overlap with compute. It only helps when a GPU is training and data transfer "
-            "is visible in data_time; without a GPU there is nothing to copy to and PyTorch "
-            "ignores it.",
+            "can overlap with compute (a copy from pageable memory waits for the GPU's earlier "
+            "work). It only helps when a GPU is training and the copy shows in data_time (the "
+            "doctor's copy_bound); pinning costs the loader time too, so measure it. It does nothing "
+            "without a GPU: there is nothing to copy to, and PyTorch ignores it.",
             ("on", "off"),
         ),
         KnobSpec(
