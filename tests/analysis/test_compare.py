@@ -23,6 +23,7 @@ from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import require_quiet, the
 from tests.records import run_of
+from tests.simulated_device import on_device, probe_on_simulated_device
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
@@ -163,3 +164,19 @@ def test_an_inert_knob_beside_a_busy_core_is_never_faster_or_slower() -> None:
         assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
         verdict = the(diagnose_sweep(sweep), "verdict")
         assert "Within noise: matmul=high" in verdict.evidence and "Helped" not in verdict.evidence
+
+
+def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
+    """On an asynchronous device whose 20 ms a step limit training, workers change how long the
+    host waits for its 4 ms batches, not what the device does: by the host's clock workers=2
+    would look about twice as fast; by the device's timeline it is within noise."""
+    with probe_on_simulated_device() as device:
+
+        def train() -> None:
+            loader = known_cost_loader(n=2000, sleep_s=0.0005)
+            pl.Trainer(max_epochs=1, **QUIET).fit(on_device(device), loader)
+
+        sweep = profile(train, workers=[0, 2], steps=40)
+    without, with_workers = sweep.runs
+    assert with_workers.host_data_time < without.host_data_time / 2  # the host waits less
+    assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
