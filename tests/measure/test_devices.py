@@ -14,6 +14,7 @@ import pytest
 from speedlab.measure.devices import device_timeline
 from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.probe import SpeedProbe
+from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
     STEP_S,
     SimulatedDevice,
@@ -25,9 +26,9 @@ from tests.simulated_device import (
 
 def device_work(batch_times: list[float]) -> bool:
     """Whether the spans are the device's ``STEP_S`` of work: never less (queueing it takes the
-    host a fraction of a millisecond), and about that (a busy machine wakes the device's thread
-    late: more, now and then)."""
-    return min(batch_times) > 0.9 * STEP_S and statistics.median(batch_times) < 1.5 * STEP_S
+    host a fraction of a millisecond), and less than two steps of it (a busy machine wakes the
+    device's thread late)."""
+    return min(batch_times) > 0.9 * STEP_S and statistics.median(batch_times) < 1.9 * STEP_S
 
 
 def test_the_cpu_is_timed_by_the_hosts_clock() -> None:
@@ -135,11 +136,13 @@ def test_throughput_follows_the_devices_timeline(device: SimulatedDevice, worklo
     loader or neither limits training; the host's wait for the loader is kept apart from the
     time the device sat idle for want of input."""
     work_s, sleep_s = WORKLOADS[workload]
-    probe = SpeedProbe(warmup=5, sample_system=False)
+    probe = SpeedProbe(warmup=5)
     truth = SynchronisedTruth(device, first=5)
     fit_on_device(on_device(device, work_s=work_s), probe, 60, truth, sleep_s=sleep_s)
     result = probe.result()
     assert result.samples_per_s == pytest.approx(truth.samples_per_s, rel=0.03)
+    # The simulated device's thread needs a core to stamp its events in time.
+    require_quiet(result)
     # The device's span of a step: its work, and any time it waited for the host to queue the
     # rest of the step (none where the host runs ahead of it).
     work = statistics.median(device.worked)
