@@ -84,6 +84,7 @@ def _quickstart(f: dict) -> None:
 @lesson(
     "01_where_the_time_goes",
     "{'data': known.data_time, 'batch': known.batch_time, 'arith': [r.data_time for r in arith.runs],"
+    " 'arith_batch': [r.batch_time for r in arith.runs],"
     " 'workers_seen': sorted(set(arith.runs[2].records['pipeline']['worker'])), "
     + sweep_probe("arith")
     + "}",
@@ -93,8 +94,14 @@ def _where(f: dict) -> None:
     assert f["batch"] >= 0.010  # 10 ms of busy-waiting, and the step's real work on top
     assert f"+ {f['batch'] * 1e3 - 10:.1f} ms of the step's real work" in f["printed"]
     none, one, two = f["arith"]
-    # The arithmetic: 1 worker leaves at most 16 - 10 ms of wait, 2 workers about none
-    assert one < none / 2 and two < none / 2 + 0.002
+    for workers, (data, batch) in enumerate(zip(f["arith"], f["arith_batch"])):
+        expected = 0.016 if workers == 0 else max(0.0, 0.016 / workers - batch)
+        assert (
+            f"data_time {data * 1e3:5.1f} ms, arithmetic {expected * 1e3:4.1f} ms" in f["printed"]
+        )
+    # The arithmetic: a step of at least 10 ms leaves 1 worker at most 16 - 10 = 6 ms of wait,
+    # 2 workers about none; each batch's hand-over from a worker adds a little
+    assert one < 0.010 and two < none / 2 + 0.002
     assert f["workers_seen"] == [0, 1]
     assert_verdicts(f, "arith")
 
