@@ -31,6 +31,7 @@ _LAZY = {
     "autotune": "speedlab.api",
     "Finding": "speedlab.analysis.findings",
     "diagnose": "speedlab.analysis.doctor",
+    "verdicts": "speedlab.analysis.verdict",
     "history": "speedlab.results.store",
     "lint": "speedlab.analysis.linter",
     "LintFinding": "speedlab.analysis.linter",
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from speedlab.analysis.doctor import diagnose
     from speedlab.analysis.findings import Finding
     from speedlab.analysis.linter import LintFinding, lint
+    from speedlab.analysis.verdict import verdicts
     from speedlab.api import autotune, profile_train
     from speedlab.measure.machine import system_info
     from speedlab.measure.probe import SpeedProbe

@@ -25,14 +25,20 @@ def binder_requirements() -> dict[str, Requirement]:
     return {r.name.lower(): r for r in reqs}
 
 
+BINDER_EXTRAS = ("notebook", "decoders")
+"""The optional extras a workshop needs: JupyterLab, and lesson 03's faster decoder."""
+
+
 def project_requirements() -> dict[str, Requirement]:
+    """The project's dependencies and those of ``BINDER_EXTRAS``, by name."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {Requirement(d).name.lower(): Requirement(d) for d in project["dependencies"]}
+    extras = [d for extra in BINDER_EXTRAS for d in project["optional-dependencies"][extra]]
+    return {Requirement(d).name.lower(): Requirement(d) for d in project["dependencies"] + extras}
 
 
 def test_binder_installs_the_same_packages_at_compatible_versions() -> None:
     binder, project = binder_requirements(), project_requirements()
-    assert set(binder) == set(project) | {"jupyterlab"}
+    assert set(binder) == set(project)
     for name, req in binder.items():
         (pin,) = req.specifier
         assert pin.operator == "==", f"{name}: pin an exact version for reproducible workshops"

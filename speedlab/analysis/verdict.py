@@ -33,6 +33,36 @@ _EFFECTS = {
 BATCH_TIME_GROWTH = 0.20
 """Growth of batch_time between the fewest and the most workers of a sweep that shows the
 workers taking cores from the model."""
+STEADY = 0.10
+"""Change of a median time, either way, below which ``verdicts`` says it stayed the same."""
+_PARTS = ("data_time", "batch_time")
+"""The parts of a step whose change ``verdicts`` reports beside the throughput."""
+
+
+def _moved(name: str, before: float, after: float) -> str:
+    """How a median time moved between two runs, in words: ``data_time fell from 9.0 ms to
+    2.0 ms``."""
+    if not (math.isfinite(before) and math.isfinite(after) and before > 0):
+        return f"{name} {fmt_ms(before)} then {fmt_ms(after)}"
+    if abs(after / before - 1) < STEADY:
+        return f"{name} stayed about the same ({fmt_ms(before)}, then {fmt_ms(after)})"
+    verb = "grew" if after > before else "fell"
+    return f"{name} {verb} from {fmt_ms(before)} to {fmt_ms(after)}"
+
+
+def verdicts(sweep: SweepResult) -> list[str]:
+    """One sentence per run after the baseline: its speedup and verdict against the baseline
+    (``compare``: faster, slower, within noise or too few to tell) and how data_time and
+    batch_time moved, the two parts that explain it. Lessons print these, so that what they
+    say about a result is that run's own figures."""
+    base, lines = sweep.baseline, []
+    for run in sweep.runs[1:]:
+        if not run.ok:
+            lines.append(f"{run.label(base)}: failed: {run.error}")
+            continue
+        moves = (_moved(name, getattr(base, name), getattr(run, name)) for name in _PARTS)
+        lines.append(f"{run.label(base)}: {compare(base, run)}; {', '.join(moves)}.")
+    return lines
 
 
 def _verdict(sweep: SweepResult) -> Finding:

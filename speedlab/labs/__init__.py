@@ -8,6 +8,8 @@
   tiny, so per-step overhead dominates: batch-size lessons.
 - Known-cost workload (``KnownCostDataset``, ``KnownCostModel``, ``known_cost_loader``): the
   time per sample and per step is set by the caller, so measurements can be checked.
+- Decoders (``speedlab.labs.decoders``): the cost per image of decoding JPEG files with Pillow,
+  simplejpeg and torchvision, at full size and at reduced scale (lesson 03).
 
 Every lab really learns: its training loss falls clearly within 100-200 steps on a CPU.
 ``QUIET_TRAINER`` holds the Trainer arguments for a run that only trains.

@@ -25,6 +25,8 @@ MATMUL_MODES: dict[str, dict[str, str]] = {
 is full float32. A backend without the unit keeps full float32."""
 
 _MODE_NAMES = {"ieee": "full float32", "tf32": "TF32", "bf16": "bf16"}
+_DIGITS = {"tf32": "about 3", "bf16": "2 to 3"}
+"""Significant decimal digits each reduced format keeps (11 and 8 significant bits)."""
 
 
 def matmul_modes(level: str) -> dict[str, str]:
@@ -117,8 +119,8 @@ def matmul_effect(level: str, cuda: tuple[str, bool, bool] | None, cpu_changes: 
     if cpu_changes:
         return (
             f"matmul={level}: oneDNN runs this CPU's larger float32 matmuls (Linear layers, @) "
-            f"in {_MODE_NAMES[mode]}: faster, with fewer significant digits (bf16 keeps about 3 "
-            "of float32's 7)."
+            f"in {_MODE_NAMES[mode]}, with fewer significant digits ({_DIGITS[mode]} of "
+            "float32's 7); whether that was faster, the run's verdict says."
         )
     return (
         f"matmul={level} changes nothing measurable on this CPU: it asks oneDNN for "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.analysis.compare import compare
+from speedlab.analysis.verdict import diagnose_sweep, verdicts
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import kinds, the
@@ -45,3 +46,25 @@ def test_when_the_baseline_is_fastest_the_verdict_does_not_compare_it_with_itsel
     sweep = SweepResult([waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)])
     verdict = the(diagnose_sweep(sweep), "verdict")
     assert verdict.evidence == "No run beat the baseline beyond noise. Slower: workers=2 0.43x."
+
+
+def test_verdicts_say_each_runs_verdict_and_how_its_two_parts_moved() -> None:
+    base = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0}, warmup=5)
+    hidden = run_of([0.001] * 30, [0.01] * 30, knobs={"workers": 2}, warmup=5)
+    crowded = run_of([0.001] * 30, [0.03] * 30, knobs={"workers": 4}, warmup=5)
+    lines = verdicts(SweepResult([base, hidden, crowded]))
+    assert lines == [
+        f"workers=2: {compare(base, hidden)}; data_time fell from 20.0 ms to 1.0 ms, "
+        "batch_time stayed about the same (10.0 ms, then 10.0 ms).",
+        f"workers=4: {compare(base, crowded)}; data_time fell from 20.0 ms to 1.0 ms, "
+        "batch_time grew from 10.0 ms to 30.0 ms.",
+    ]
+    assert compare(base, hidden).verdict == "faster" and "faster" in lines[0]
+
+
+def test_verdicts_name_a_failed_run_and_nothing_for_a_single_run() -> None:
+    base = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0}, warmup=5)
+    failed = run_of([], [], knobs={"workers": 2})
+    failed.error = "RuntimeError: boom"
+    assert verdicts(SweepResult([base, failed])) == ["workers=2: failed: RuntimeError: boom"]
+    assert verdicts(SweepResult([base])) == []
