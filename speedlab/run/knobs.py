@@ -184,10 +184,11 @@ KNOBS: dict[str, KnobSpec] = {
             "one of highest, high, medium",
             "torch.set_float32_matmul_precision, for float32 matrix multiplies (Linear layers, "
             "@), not convolutions. highest: full float32. high: TF32 on NVIDIA GPUs from Ampere "
-            "(A100, RTX 30xx) on; x86 CPUs have no TF32. medium: TF32 on those GPUs as well, and "
-            "bf16 for the larger matmuls on CPUs with bf16 instructions (AVX512-BF16, AMX). TF32 "
-            "and bf16 keep fewer significant digits than float32 (bf16 about 3 of its 7): faster "
-            "matmuls, slightly different results. On other hardware it changes nothing, and "
+            "(A100, RTX 30xx) on; torch asks the CPU's oneDNN for TF32 too, which today's x86 "
+            "CPUs lack, so CPU matmuls stay float32. medium: TF32 on those GPUs as well, and bf16 "
+            "for the larger matmuls on CPUs with bf16 instructions (AVX512-BF16, AMX). Of "
+            "float32's about 7 significant decimal digits, TF32 keeps about 3 and bf16 2 to 3: "
+            "faster matmuls, slightly different results. On other hardware it changes nothing, and "
             "cuDNN already runs convolutions in TF32 by default, so a ConvNet gains little. The "
             "run's note says what it did on this machine.",
             ("highest", "high", "medium"),
