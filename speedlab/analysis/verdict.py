@@ -178,12 +178,13 @@ def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
     model, notebook traps of failed runs, and the best run's own findings, each saying what
     this sweep already measured of its suggestion.
     """
-    findings = payback(sweep) + _workers_slow_the_model(sweep)
+    findings = payback(sweep)  # its advice weighs the measured runs against the cell's length
     for run in sweep.runs:
         if not run.ok:
             findings += notebook_traps(run)
     best = sweep.best
     if best is not None:
-        findings += [_measured_here(sweep, best, f) for f in diagnose(best)]
+        tried = _workers_slow_the_model(sweep) + diagnose(best)
+        findings += [_measured_here(sweep, best, f) for f in tried]
     verdict = [] if len(sweep.runs) == 1 and best is not None else [_verdict(sweep)]
     return verdict + in_doctors_order(unique_findings(findings))

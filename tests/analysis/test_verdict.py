@@ -68,3 +68,18 @@ def test_verdicts_name_a_failed_run_and_nothing_for_a_single_run() -> None:
     failed.error = "RuntimeError: boom"
     assert verdicts(SweepResult([base, failed])) == ["workers=2: failed: RuntimeError: boom"]
     assert verdicts(SweepResult([base])) == []
+
+
+def test_a_sweeps_own_findings_say_what_it_measured_of_their_suggestion_too() -> None:
+    """Workers that slow the model suggest fewer workers; where the same sweep ran that many,
+    the finding says what they measured instead of 'Try'."""
+
+    def crowded(workers: int, data_s: float, batch_s: float) -> RunResult:
+        run = run_of([data_s] * 30, [batch_s] * 30, knobs={"workers": workers}, warmup=5)
+        run.system = {"cores": 2, "torch_threads": 2}
+        return run
+
+    sweep = SweepResult([crowded(0, 0.004, 0.01), crowded(1, 0.001, 0.02), crowded(4, 0.001, 0.03)])
+    found = the(diagnose_sweep(sweep), "oversubscribed")
+    assert found.knob is None and "Try --workers" not in str(found)
+    assert "This sweep already measured --workers 1 against it: 0." in found.advice
