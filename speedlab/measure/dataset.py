@@ -9,12 +9,13 @@ of those files' bytes, and the shape, dtype and a hash of a few samples as the m
 how the data travels (workers, pinned memory, prefetching, preloading) leave it unchanged.
 
 It reads ``SAMPLES`` samples, at fixed indices spread over the dataset, and is meant to be
-taken once the fit it describes has ended (``speedlab.run.intercept`` does so): its reads and
-random draws then cannot change that run, its random draws come from a forked generator, so
-they do not move what the next run shuffles, and the few files it reads are among those the
-training reads anyway, so it leaves nothing in the page cache that training did not. The files
-are read directly for their bytes (not through a throttle, which would only add its sleep);
-the samples go through the dataset itself, and so through its storage: a few reads' latency.
+taken once the fit it describes has ended (``speedlab.run.intercept`` does so), so that its
+reads cannot change the run they describe. Nor do they change the next one: the random draws
+come from a forked generator (the next run shuffles as it would have), and the page cache
+gains at most ``SAMPLES`` small files of a dataset that training reads anyway (a slow-storage
+simulator sleeps whether or not a file is cached). The files are read directly for their
+bytes (not through a throttle, which would only add its sleep); the samples go through the
+dataset itself, and so through its storage: ``SAMPLES`` reads' latency.
 """
 
 from __future__ import annotations
