@@ -97,6 +97,12 @@ def test_beside_a_busy_core_a_slow_submission_is_not_graded_and_says_why(busy_co
     assert "close them and run check() again" in str(result)
 
 
+def test_beside_a_busy_core_running_out_of_time_is_not_a_fail(busy_core: None) -> None:
+    result = check(submission(four_workers), replace(SHORT, pairs=1, time_limit_s=3))
+    assert not result.graded, str(result)
+    assert "the time limit of 3 s came before all runs finished" in str(result)
+
+
 @pytest.mark.slow
 def test_beside_a_busy_core_the_reference_solution_never_fails(busy_core: None) -> None:
     result = check(submission(four_workers), SHORT)

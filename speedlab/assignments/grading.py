@@ -124,13 +124,8 @@ def check(train: Callable[[], None], assignment: Assignment = FASTER_PIPELINE) -
                 problem.reference, problem.student = reference, student
                 return problem
     except _OverTime:
-        return CheckResult(
-            False,
-            math.nan,
-            f"time limit of {assignment.time_limit_s:.0f} s reached before all runs finished.",
-            reference=reference,
-            student=student,
-        )
+        limit = f"the time limit of {assignment.time_limit_s:.0f} s came before all runs finished"
+        return _fail_or_decline(reference, student, limit, "")
     return _verdict(reference, student)
 
 
@@ -140,23 +135,36 @@ def _verdict(reference: list[RunResult], student: list[RunResult]) -> CheckResul
     base = summarize([r.samples_per_s for r in reference]).median
     mine = summarize([r.samples_per_s for r in student]).median
     speedup = mine / base
-    others = max(other_processes_cores(r) for r in reference + student)
     figures = (
         f"{mine:.0f} samples/s against {base:.0f} for the reference: {speedup:.2f}x "
         f"({mark:.2f}x needed on this machine's {cores} cores)"
     )
-    result = CheckResult(
-        True, speedup, figures + ".", True, mark, others, reference=reference, student=student
+    if speedup < mark:
+        return _fail_or_decline(reference, student, figures, " Look at data_time.", speedup, mark)
+    others = _other_cores(reference + student)
+    return CheckResult(True, speedup, f"{figures}.", True, mark, others, reference, student)
+
+
+def _other_cores(runs: list[RunResult]) -> float:
+    """The most CPU, in cores, that other processes used during one of the runs."""
+    return max(map(other_processes_cores, runs), default=0.0)
+
+
+def _fail_or_decline(
+    reference: list[RunResult],
+    student: list[RunResult],
+    measured: str,
+    advice: str,
+    speedup: float = math.nan,
+    mark: float = math.nan,
+) -> CheckResult:
+    """A fail, or "cannot grade now" where other processes took the CPU meanwhile."""
+    others = _other_cores(reference + student)
+    if others < CONTENDED_CORES:
+        message = f"{measured}.{advice}"
+        return CheckResult(False, speedup, message, True, mark, others, reference, student)
+    message = (
+        f"other processes used {others:.1f} of {usable_cores()} cores during grading; close "
+        f"them and run check() again. Measured meanwhile: {measured}."
     )
-    if speedup >= mark:
-        return result
-    result.passed = False
-    if others >= CONTENDED_CORES:
-        result.graded = False
-        result.message = (
-            f"other processes used {others:.1f} of {cores} cores during grading; close them and "
-            f"run check() again. Measured meanwhile: {figures}."
-        )
-    else:
-        result.message = f"{figures}. Look at data_time."
-    return result
+    return CheckResult(False, speedup, message, False, mark, others, reference, student)
