@@ -238,11 +238,19 @@ def test_lesson_runs_within_binder_limits(name: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_assignment_solution_passes_and_untouched_student_version_fails(tmp_path: Path) -> None:
-    solution = execute(
-        NOTEBOOKS / "assignments/faster_pipeline_solution.ipynb",
-        tmp_path,
-        probe="{'passed': result.passed, 'speedup': result.speedup}",
-    )
-    assert solution.figures["passed"] and solution.figures["speedup"] >= 2.0
-    with pytest.raises(CellExecutionError, match=r"FAIL: .*2\.0x is needed"):
+    try:
+        solution = execute(
+            NOTEBOOKS / "assignments/faster_pipeline_solution.ipynb",
+            tmp_path,
+            probe="{'passed': result.passed, 'speedup': result.speedup, 'mark': result.pass_mark}",
+        )
+    except CellExecutionError as err:  # declined: other processes took the CPU
+        if "CANNOT GRADE NOW" not in str(err):
+            raise
+        pytest.skip(str(err).strip().splitlines()[-1])
+    assert solution.figures["passed"] and solution.figures["speedup"] >= solution.figures["mark"]
+    # Beside other work a too-slow pipeline is not failed but declined, with the reason.
+    with pytest.raises(
+        CellExecutionError, match=r"(FAIL: .*x needed on this machine's|CANNOT GRADE NOW: other)"
+    ):
         execute(NOTEBOOKS / "assignments/faster_pipeline_student.ipynb", tmp_path)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
+from speedlab.measure.dataset import fingerprint
 from speedlab.measure.numerics import (
     MATMUL_MODES,
     amp_choice,
@@ -74,21 +75,27 @@ class FitRecord:
     model: Any = None
     exception: BaseException | None = None
     compiled: CompiledStep | None = None
+    data: dict[str, Any] | None = None  # measure.dataset.fingerprint of the training data
+
+    def train_dataset(self) -> Any:
+        """The dataset of the fit's training DataLoader, or None."""
+        return getattr(getattr(self.trainer, "train_dataloader", None), "dataset", None)
 
     def workload(self) -> dict[str, Any]:
-        """What was trained: the model's class and size, how many training samples it had and,
-        when compiled, whether inductor's cache was cold or warm."""
+        """What was trained: the model's class and size, how many training samples it had, the
+        fingerprint of its data and, when compiled, whether inductor's cache was cold or warm."""
         out: dict[str, Any] = {}
         if self.model is not None:
             out["model"] = type(self.model).__qualname__
             out["parameters"] = sum(p.numel() for p in self.model.parameters())
         if self.compiled is not None and self.compiled.cache is not None:
             out["compile_cache"] = self.compiled.cache
-        loader = getattr(self.trainer, "train_dataloader", None)
-        dataset = getattr(loader, "dataset", None)
+        dataset = self.train_dataset()
         if dataset is not None and hasattr(dataset, "__len__"):
             out["dataset"] = type(dataset).__qualname__
             out["dataset_len"] = len(dataset)
+        if self.data is not None:
+            out["data"] = self.data
         return out
 
 
@@ -339,7 +346,10 @@ class Intercept:
             finally:
                 if session._state is not None:
                     restore_sigint(session._state.sigint)
-                for item in preloaded:
+                dataset = record.train_dataset()
+                if dataset is not None:  # after the fit: its reads cannot change the run
+                    record.data = fingerprint(dataset)
+                for item in preloaded:  # a preloaded copy is read before it goes
                     item.cleanup()
                 session._shutdown_trainer_loaders(trainer)
                 if record.compiled is not None:  # the user's model runs uncompiled again

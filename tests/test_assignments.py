@@ -1,0 +1,139 @@
+"""Tests for speedlab.assignments: real Lightning training on the assignment's real JPEGs, with
+real worker processes, graded by check() as a student's notebook does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import lightning.pytorch as pl
+import pytest
+
+from speedlab.assignments import FASTER_PIPELINE, CheckResult, check, slow_pipeline
+from speedlab.assignments.pass_mark import MAX_PASS_MARK, pass_mark, reach
+from speedlab.labs import QUIET_TRAINER
+from speedlab.results.run import RunResult
+from tests.records import run_of
+
+# Fewer, shorter pairs where the claim does not need the assignment's full measurement.
+SHORT = replace(FASTER_PIPELINE, steps=20, pairs=2)
+
+
+def submission(change: Callable[[object], None]) -> Callable[[], None]:
+    """The student notebook's train() with ``change`` applied to its DataModule."""
+
+    def train() -> None:
+        model, data = slow_pipeline()
+        change(data)
+        pl.Trainer(max_epochs=1, limit_val_batches=0, **QUIET_TRAINER).fit(model, data)
+
+    return train
+
+
+def untouched(data: object) -> None:
+    pass
+
+
+def four_workers(data: object) -> None:  # the solution notebook's change
+    data.num_workers = 4
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """Another process keeps one core busy while the test runs."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield
+    hog.kill()
+    hog.wait()
+
+
+def require_graded(result: CheckResult) -> None:
+    """Skip when the check declined: other processes took the CPU (it says how much)."""
+    if not result.graded:
+        pytest.skip(str(result))
+
+
+@pytest.mark.slow
+def test_the_reference_solution_passes() -> None:
+    result = check(submission(four_workers))
+    require_graded(result)
+    assert result.passed, str(result)
+    assert result.speedup >= result.pass_mark > 1.0
+    assert len(result.reference) == len(result.student) == FASTER_PIPELINE.pairs
+    assert all(run.loader_workers() == 4 for run in result.student)
+
+
+def test_the_untouched_pipeline_fails_on_its_speed() -> None:
+    result = check(submission(untouched), replace(SHORT, pairs=1))
+    require_graded(result)
+    assert not result.passed
+    assert "x needed on this machine's" in str(result) and str(result).startswith("FAIL: ")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda data: setattr(data, "throttle", None), "the storage is open_binary"),
+        (lambda data: data.shapes.update(size=48), "the image size is 48x48"),
+    ],
+    ids=["no-throttle", "image-size"],
+)
+def test_a_submission_that_changes_the_data_fails_after_one_pair(
+    change: Callable[[object], None], said: str
+) -> None:
+    result = check(submission(change))
+    assert result.graded and not result.passed
+    assert str(result).startswith(f"FAIL: the data changed: {said}, the assignment's is ")
+    assert len(result.reference) == len(result.student) == 1
+
+
+def test_beside_a_busy_core_a_slow_submission_is_not_graded_and_says_why(busy_core: None) -> None:
+    result = check(submission(untouched), replace(SHORT, pairs=1))
+    assert not result.graded and not result.passed
+    assert result.other_cores >= 0.5
+    assert str(result).startswith("CANNOT GRADE NOW: other processes used ")
+    assert "close them and run check() again" in str(result)
+
+
+def test_beside_a_busy_core_running_out_of_time_is_not_a_fail(busy_core: None) -> None:
+    result = check(submission(four_workers), replace(SHORT, pairs=1, time_limit_s=3))
+    assert not result.graded, str(result)
+    assert "the time limit of 3 s came before all runs finished" in str(result)
+
+
+@pytest.mark.slow
+def test_beside_a_busy_core_the_reference_solution_never_fails(busy_core: None) -> None:
+    result = check(submission(four_workers), SHORT)
+    assert result.passed or not result.graded, str(result)
+
+
+def run(data_ms: float, batch_ms: float, busy: float) -> RunResult:
+    """A reference run without workers whose loading kept the training thread busy for
+    ``busy`` of its time (the sampler's figure for that thread)."""
+    result = run_of([data_ms / 1e3] * 20, [batch_ms / 1e3] * 20)
+    share = data_ms / (data_ms + batch_ms)
+    thread = 100 * ((1 - share) + share * busy)
+    result.system = {"main_cpu_percent": thread, "train_thread_cpu_percent": thread}
+    return result
+
+
+@pytest.mark.parametrize(
+    ("data_ms", "batch_ms", "busy", "cores", "expected"),
+    [
+        (280, 30, 0.05, 2, (280 + 30) / (30 + 280 * 0.05 / 2)),  # the assignment: storage waits
+        (280, 30, 1.0, 1, (280 + 30) / (30 + 280)),  # all loading on the CPU, one core: 1x
+        (100, 100, 0.0, 4, 2.0),  # a pure wait: the step's compute is what is left
+    ],
+)
+def test_the_reach_hides_the_wait_and_spreads_the_loading_cpu_over_the_cores(
+    data_ms: float, batch_ms: float, busy: float, cores: int, expected: float
+) -> None:
+    assert reach(run(data_ms, batch_ms, busy), cores) == pytest.approx(expected, rel=0.02)
+
+
+def test_the_pass_mark_is_half_way_to_the_reach_and_at_most_2x() -> None:
+    assert pass_mark([run(280, 30, 0.05)] * 3, cores=2) == MAX_PASS_MARK
+    near = [run(100, 100, 0.5)] * 3  # reach 200 / (100 + 25) = 1.6x
+    assert pass_mark(near, cores=2) == pytest.approx(1.3, rel=0.02)
