@@ -9,14 +9,16 @@ takes every such reply, in JupyterLab, Notebook 7 and nbclassic alike (``with ou
 the same way; front ends apply the claim before they show the messages sent after it). So while
 a run lasts, its thread names the request that showed the section, and the section claims it.
 Output widgets of the library's own (rich's live display) nest inside, as ``with output:``
-blocks do. Without a kernel that has ``set_thread_parent`` nothing is redirected.
+blocks do. ipykernel 7.0 to 7.3 (the last on Python 3.10) keep the same per-thread parent
+without the method; outside a kernel nothing is redirected.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import ipywidgets as widgets
@@ -55,18 +57,46 @@ class ThreadOutput:
         """Send what the calling thread prints and displays into the section (emptied first)."""
         from IPython import get_ipython
 
-        shell = get_ipython()
-        set_thread_parent = getattr(shell, "set_thread_parent", None)
-        if self.request is None or set_thread_parent is None:
+        reset = None if self.request is None else _set_thread_parent(get_ipython(), self.request)
+        if reset is None:
             yield
             return
         self.output.outputs = ()
         self.output.msg_id = self.request["header"]["msg_id"]
-        tokens = set_thread_parent(self.request)
         try:
             yield
         finally:
             sys.stdout.flush()  # sent while the section still claims them
             sys.stderr.flush()
-            shell.reset_thread_parent(tokens)
+            reset()
             self.output.msg_id = ""
+
+
+def _set_thread_parent(shell: Any, request: dict[str, Any]) -> Callable[[], None] | None:
+    """Send what the calling thread prints and displays as replies to ``request``; returns
+    the undo, or None where the kernel cannot (no kernel, or ipykernel before 7).
+
+    ipykernel 7.4 and later have ``set_thread_parent``. 7.0 to 7.3 keep the same per-thread
+    parent, in the ContextVar ``_parent_header`` of the shell, its display publisher and the
+    output streams, which is what 7.4's method sets; a thread starts with a context of its own,
+    so setting them there leaves the other threads' output where it was.
+    """
+    set_thread_parent = getattr(shell, "set_thread_parent", None)
+    if set_thread_parent is not None:
+        tokens = set_thread_parent(request)
+        return lambda: shell.reset_thread_parent(tokens)
+    from jupyter_client.session import extract_header
+
+    header = extract_header(request)
+    parents = [(shell, request), (getattr(shell, "display_pub", None), header)]
+    parents += [(sys.stdout, header), (sys.stderr, header)]
+    variables = [(getattr(obj, "_parent_header", None), value) for obj, value in parents]
+    tokens = [(var, var.set(value)) for var, value in variables if isinstance(var, ContextVar)]
+    if not tokens:
+        return None
+
+    def reset() -> None:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+    return reset

@@ -178,5 +178,6 @@ def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
 
         sweep = profile(train, workers=[0, 2], steps=40)
     without, with_workers = sweep.runs
-    assert with_workers.host_data_time < without.host_data_time / 2  # the host waits less
     assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
+    require_quiet(without, with_workers)  # a busy machine slows the host, not only the workers
+    assert with_workers.host_data_time < without.host_data_time / 2  # the host waits less

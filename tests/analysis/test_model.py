@@ -39,7 +39,7 @@ def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> 
     """The loader's 10 ms a step run while the device works 20 ms: the host waits for data, the
     device does not, and no loading knob is suggested."""
     with probe_on_simulated_device() as device:
-        probe = SpeedProbe(warmup=5, sample_system=False)
+        probe = SpeedProbe(warmup=5)
         fit_on_device(on_device(device, work_s=0.02), probe, 40, sleep_s=0.00125)
     run = replace(probe.result(), device="cuda")  # its figures are the simulated device's
     if waiting_share(run) >= MODEL_BOUND_DATA_SHARE:
