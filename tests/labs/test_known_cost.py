@@ -93,14 +93,18 @@ def test_loader_runs_in_two_worker_processes() -> None:
 
 
 class StepTimer(pl.Callback):
+    """Each step's wall time, and how much of it the training thread spent off the CPU."""
+
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.off_cpu: list[float] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.start = time.perf_counter()
+        self.start, self.cpu = time.perf_counter(), time.thread_time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.seconds.append(time.perf_counter() - self.start)
+        self.off_cpu.append(self.seconds[-1] - (time.thread_time() - self.cpu))
 
 
 def test_model_step_takes_at_least_step_s(quiet: dict) -> None:
@@ -112,6 +116,8 @@ def test_model_step_takes_at_least_step_s(quiet: dict) -> None:
     trainer.fit(model, known_cost_loader(n=200, batch_size=16, features=4))
     assert len(timer.seconds) == 10
     assert min(timer.seconds) >= 0.02
+    if statistics.median(timer.off_cpu) > SLACK_S / 2:  # the busy-wait waited for a core
+        pytest.skip("other work took the CPU: the steps measured the machine, not the model")
     assert statistics.median(timer.seconds) < 0.02 + SLACK_S
     assert isinstance(trainer.optimizers[0], torch.optim.SGD)
     assert not torch.equal(model.net.weight, weights)
