@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import threading
@@ -93,6 +94,23 @@ def _originals() -> dict[str, object]:
     }
 
 
+def _end(children: list[multiprocessing.Process]) -> None:
+    """End processes a test left behind, with their own children."""
+    import psutil
+
+    for child in children:
+        try:
+            parent = psutil.Process(child.pid)
+            tree = [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(tree, timeout=10)
+    multiprocessing.active_children()  # reaps them
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers(request: pytest.FixtureRequest):
     """Fail a test that leaves a thread, a worker process, a patch or a changed setting behind."""
@@ -120,6 +138,7 @@ def _no_leftovers(request: pytest.FixtureRequest):
         problems.append(f"threads left alive: {[t.name for t in extra_threads]}")
     if children:
         problems.append(f"processes left alive: {children}")
+        _end(children)  # one leak fails one test, not every test after it
     if signal.getsignal(signal.SIGINT) != sigint:
         problems.append(f"SIGINT handler changed: {signal.getsignal(signal.SIGINT)!r}")
         signal.signal(signal.SIGINT, sigint)
