@@ -2,7 +2,7 @@
 #   make run    set up, then open JupyterLab on the lesson notebooks (speedlab demo without a browser)
 #   make demo   set up, then train the image lab in the terminal and show where the time goes
 #   make test   set up (chromium included, for the browser tests), lint (format, style, layers),
-#               run the whole test suite, then its fast part on the oldest and newest Python
+#               run the whole test suite, then its torch-free part on the oldest and newest Python
 #   make test-pythons   the whole suite on every Python the project claims, one venv each
 
 VENV   ?= .venv
@@ -20,11 +20,24 @@ STAMP   = $(VENV)/.installed
 # Every Python the project claims (pyproject's requires-python), each in a venv of its own.
 PYTHONS      ?= 3.10 3.11 3.12 3.13
 EDGE_PYTHONS ?= 3.10 3.13
-# The part of the suite that `make test` also runs on EDGE_PYTHONS: the version-sensitive parts
-# (rank processes and their errors, forking beside threads, pyproject parsing), in a few minutes.
-FAST_TESTS   ?= tests/results tests/measure/test_ranks.py tests/measure/test_fork_pause.py \
-                tests/measure/test_numerics.py tests/test_binder.py tests/test_init.py \
-                tests/test_layout.py tests/run/test_knobs.py
+# The part of the suite that `make test` also runs on EDGE_PYTHONS, in venvs without torch
+# (.edge-3.10, ...): the version-sensitive parts that need none (a rank's exit handler and
+# hand-over in forked processes, forking beside speedlab's threads, the kernel's output capture,
+# pyproject parsing) with the results, the system sampler and the knobs. PyPI's torch for those
+# Pythons is a CUDA build of several GB, whose download took CI most of its time; the whole
+# suite, real DDP ranks included, runs on every Python with `make test-pythons`.
+EDGE_TESTS   ?= tests/results tests/measure/test_ranks_exit.py tests/measure/test_fork_pause.py \
+                tests/measure/test_system.py tests/notebook/test_capture.py \
+                tests/notebook/test_tables.py tests/notebook/test_report.py \
+                tests/notebook/test_plots.py tests/test_binder.py tests/test_layout.py \
+                tests/run/test_knobs.py tests/test_cli.py
+
+# $(call on-python,X.Y,COMMAND): run COMMAND where Python X.Y is on this machine (on PATH, or
+# pyenv's); where it is not, say so and skip, except on CI, where that fails.
+on-python = @if ! .ci/python-for $(1) >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "Python $(1) not found"; exit 1; fi; \
+		echo "Python $(1) not found: skipped"; exit 0; \
+	fi; $(2)
 
 .PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges
 
@@ -72,8 +85,7 @@ test: setup browser-deps lint
 
 # `make test-python-3.13 PYTEST_ARGS=tests/results`: the suite (or a part) on one Python, in
 # .venv-3.13. pip takes torch's CPU build from local disk only where one lies there (3.11 on the
-# workshop machines); elsewhere PyPI's build, with CUDA (about 5 GB). A Python this machine
-# lacks is skipped with a line saying so, except on CI, where it fails.
+# workshop machines); elsewhere PyPI's build, with CUDA (about 5 GB).
 .venv-%/.installed: pyproject.toml
 	$$(.ci/python-for $*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
@@ -82,15 +94,23 @@ test: setup browser-deps lint
 	touch $@
 
 test-python-%:
-	@if ! .ci/python-for $* >/dev/null; then \
-		if [ "$$CI" = true ]; then exit 1; fi; echo "Python $* not found: skipped"; exit 0; \
-	fi; \
-	$(MAKE) --no-print-directory .venv-$*/.installed && .venv-$*/bin/pytest $(PYTEST_ARGS)
+	$(call on-python,$*,$(MAKE) --no-print-directory .venv-$*/.installed && .venv-$*/bin/pytest $(PYTEST_ARGS))
 
 test-pythons: $(addprefix test-python-,$(PYTHONS))
 
-test-edges:
-	$(MAKE) --no-print-directory $(addprefix test-python-,$(EDGE_PYTHONS)) PYTEST_ARGS="$(FAST_TESTS)"
+# `make test-edge-3.13`: EDGE_TESTS on one Python, in .edge-3.13: speedlab without its
+# dependencies (no torch, no Lightning) and what those tests import.
+.edge-%/.installed: pyproject.toml tests/requirements-edge.txt
+	$$(.ci/python-for $*) -m venv .edge-$*
+	.edge-$*/bin/python -m pip install --quiet --upgrade pip
+	.edge-$*/bin/python -m pip install --quiet -r tests/requirements-edge.txt
+	.edge-$*/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+test-edge-%:
+	$(call on-python,$*,$(MAKE) --no-print-directory .edge-$*/.installed && .edge-$*/bin/pytest $(EDGE_TESTS))
+
+test-edges: $(addprefix test-edge-,$(EDGE_PYTHONS))
 
 clean:
-	rm -rf $(VENV) .venv-3.* .pytest_cache .ruff_cache .speedlab
+	rm -rf $(VENV) .venv-3.* .edge-3.* .pytest_cache .ruff_cache .speedlab

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import multiprocessing
 import signal
 import threading
@@ -11,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-# The short profiled runs that the tests of the doctor share (tests/analysis, tests/run).
-pytest_plugins = ["tests.doctor_runs"]
+# The short profiled runs that the tests of the doctor share (tests/analysis, tests/run). They
+# need Lightning, which the edge runs of `make test` (the torch-free part of the suite on the
+# oldest and newest Python) do not install.
+LIGHTNING = importlib.util.find_spec("lightning") is not None
+pytest_plugins = ["tests.doctor_runs"] if LIGHTNING else []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,6 +89,8 @@ def one_compute_thread():
 
 
 def _originals() -> dict[str, object]:
+    if not LIGHTNING:
+        return {}
     from speedlab.measure.compat import trainer_classes
 
     return {
@@ -114,12 +120,12 @@ def _end(children: list[multiprocessing.Process]) -> None:
 @pytest.fixture(autouse=True)
 def _no_leftovers(request: pytest.FixtureRequest):
     """Fail a test that leaves a thread, a worker process, a patch or a changed setting behind."""
-    import torch
-
+    torch = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
     threads = set(threading.enumerate())
     sigint = signal.getsignal(signal.SIGINT)
-    matmul = torch.get_float32_matmul_precision()
-    torch_threads = torch.get_num_threads()
+    if torch is not None:
+        matmul = torch.get_float32_matmul_precision()
+        torch_threads = torch.get_num_threads()
     originals = _originals()
     yield
     deadline = time.monotonic() + 15  # workers may take a while to exit on a busy machine
@@ -142,10 +148,10 @@ def _no_leftovers(request: pytest.FixtureRequest):
     if signal.getsignal(signal.SIGINT) != sigint:
         problems.append(f"SIGINT handler changed: {signal.getsignal(signal.SIGINT)!r}")
         signal.signal(signal.SIGINT, sigint)
-    if torch.get_float32_matmul_precision() != matmul:
+    if torch is not None and torch.get_float32_matmul_precision() != matmul:
         problems.append("matmul precision changed")
         torch.set_float32_matmul_precision(matmul)
-    if torch.get_num_threads() != torch_threads:
+    if torch is not None and torch.get_num_threads() != torch_threads:
         problems.append("torch threads changed")
         torch.set_num_threads(torch_threads)
     if _originals() != originals:

@@ -18,6 +18,7 @@ SCRIPT = Path(sys.executable).with_name("speedlab")
 
 def test_demo_generates_the_lab_trains_and_prints_the_breakdown(tmp_path: Path) -> None:
     """The installed console script, on an empty dataset cache: its first use, in full."""
+    pytest.importorskip("lightning", reason="the demo trains with Lightning")
     env = {**os.environ, "SPEEDLAB_CACHE": str(tmp_path / "cache")}
     start = time.perf_counter()
     done = subprocess.run(

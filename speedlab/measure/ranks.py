@@ -306,11 +306,17 @@ class RankRecorder:
         if self.world_size > 1:
             self.sync, self.sync_note = attach_sync_timer(trainer)
         if self.in_child:
-            from multiprocessing.util import Finalize
+            self.report_on_exit(fail)
 
-            self._on_exit = Finalize(
-                None, lambda: fail(self.error or _error_in_flight()), exitpriority=100
-            )
+    def report_on_exit(self, fail: Callable[[BaseException | None], None]) -> None:
+        """In a child rank: have ``fail(error)`` called as the process exits, unless ``finish``
+        runs first; ``error`` is the one seen leaving a step (``saw``), else the one in flight.
+        """
+        from multiprocessing.util import Finalize
+
+        self._on_exit = Finalize(
+            None, lambda: fail(self.error or _error_in_flight()), exitpriority=100
+        )
 
     def saw(self, error: BaseException) -> None:
         """Keep the first error seen on its way out of a step (the probe calls this from

@@ -27,7 +27,8 @@ from speedlab.measure.ranks import job_result, slowest_rank
 from speedlab.results.run import RunResult
 from speedlab.run.forking import CudaBeforeForkError, check_fork
 
-pytestmark = pytest.mark.forks
+# Each test takes seconds; a rank that hangs fails its test in 2 minutes, not pytest's 5.
+pytestmark = [pytest.mark.forks, pytest.mark.timeout(120)]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "ddp_script.py"
 
@@ -184,7 +185,7 @@ def test_example_script_trains_two_processes_logs_every_rank_and_prints_a_summar
     command = [sys.executable, str(EXAMPLE), "--devices", "2", "--steps", "20", "--slow-rank", "1"]
     command += ["--logdir", str(tmp_path / "logs"), "--json", str(out)]
     done = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=dict(os.environ)
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=100, env=dict(os.environ)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("speedlab: 2 ranks") == 1  # printed once, by rank 0
