@@ -237,11 +237,17 @@ class _SpeedProbeCore:
 
     # -- timing points ----------------------------------------------------------------------
 
+    @property
+    def _steps(self) -> int:
+        """Steps recorded so far: the index of the step being fetched or trained, one past the
+        open (last recorded) step."""
+        return len(self.records["wall"])
+
     def _mark(self, point: str, index: int | None = None) -> None:
         """Mark ``point`` of a step (the one being fetched or trained, by default) in the
         device's queue, on an asynchronous device."""
         if self._timeline is not None:
-            self._timeline.mark(len(self.records["data_time"]) if index is None else index, point)
+            self._timeline.mark(self._steps if index is None else index, point)
 
     def _on_fetch_start(self) -> None:
         now = _perf()
@@ -260,7 +266,7 @@ class _SpeedProbeCore:
         if self._step_open:
             self.records["wall"][-1] = now - self._origin - self._val_since
             self._step_open = False
-            self._mark("close", len(self.records["wall"]) - 1)
+            self._mark("close", self._steps - 1)
         self._val_since = 0.0
 
     def _phase(self, index: int) -> str:
@@ -318,7 +324,7 @@ class _SpeedProbeCore:
         if not self._active:
             return
         r = self.records
-        index = len(r["data_time"])
+        index = self._steps
         r["t"].append(self._origin - self._t0)
         r["data_time"].append(self._hook_start - self._origin)
         if self._timeline is not None:  # the host's figures until the device's replace them
@@ -358,12 +364,12 @@ class _SpeedProbeCore:
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
         if self._step_open:
-            self._mark("val_start", len(self.records["wall"]) - 1)
+            self._mark("val_start", self._steps - 1)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
             if self._step_open:
-                self._mark("val_end", len(self.records["wall"]) - 1)
+                self._mark("val_end", self._steps - 1)
             seconds = _perf() - self._val_start
             self.phases["validation"] += seconds
             self._val_since += seconds
