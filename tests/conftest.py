@@ -16,6 +16,7 @@ import pytest
 # need Lightning, which the edge runs of `make test` (the torch-free part of the suite on the
 # oldest and newest Python) do not install.
 LIGHTNING = importlib.util.find_spec("lightning") is not None
+TORCH = importlib.util.find_spec("torch") is not None
 pytest_plugins = ["tests.doctor_runs"] if LIGHTNING else []
 
 
@@ -120,7 +121,7 @@ def _end(children: list[multiprocessing.Process]) -> None:
 @pytest.fixture(autouse=True)
 def _no_leftovers(request: pytest.FixtureRequest):
     """Fail a test that leaves a thread, a worker process, a patch or a changed setting behind."""
-    torch = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
+    torch = importlib.import_module("torch") if TORCH else None
     threads = set(threading.enumerate())
     sigint = signal.getsignal(signal.SIGINT)
     if torch is not None:
