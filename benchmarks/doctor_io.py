@@ -56,8 +56,8 @@ from speedlab.labs import (
     image_lab,
     make_shapes,
 )
+from speedlab.results.knobs import DATA_KNOBS, Knobs
 from speedlab.run.autotuner import autotune
-from speedlab.run.knobs import DATA_KNOBS, Knobs
 from speedlab.run.loaders import rebuild_loader, shutdown_loader
 from speedlab.run.preload import preload
 
@@ -102,7 +102,7 @@ def autotuned(root: Path, knobs: dict[str, Any]) -> tuple[DataLoader, Callable[[
     loader = data.train_dataloader()
     settings = Knobs(**{k: v for k, v in knobs.items() if k in DATA_KNOBS})
     preloaded = preload(settings.preload or "off", loader.dataset)
-    rebuilt = rebuild_loader(loader, settings, dataset=preloaded.dataset, devices=1, notes=[])
+    rebuilt = rebuild_loader(loader, settings, dataset=preloaded.dataset, devices=1).loader
 
     def close() -> None:
         shutdown_loader(rebuilt)

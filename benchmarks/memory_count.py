@@ -88,7 +88,7 @@ def main() -> None:
     sampler.stop.set()
     sampler.join()
     truth = sampler.used_peak - sampler.used_before + sampler.rss_before
-    ours = result.runs[-1].system["peak_rss_bytes"]
+    ours = result.runs[-1].system.peak_rss_bytes
     mb = 2**20
     print(f"{WORKERS} workers reading a {data.block.nbytes / mb:.0f} MB dataset")
     print(f"machine (used growth + main RSS before): {truth / mb:7.0f} MB")

@@ -8,7 +8,8 @@ In a notebook::
     trainer = L.Trainer(max_epochs=1)
     trainer.fit(model, datamodule)
 
-The same engine without IPython: :func:`profile_train`, :class:`SpeedProbe`.
+The same engine without IPython: :func:`profile_train`, :class:`SpeedProbe`. Every sweep is
+stored as it runs: :func:`history` lists the runs, :func:`load` gives a sweep back whole.
 
 Importing speedlab is cheap: torch and Lightning load when a run starts.
 """
@@ -25,14 +26,15 @@ _LAZY = {
     "SpeedProbe": "speedlab.measure.probe",
     "RunResult": "speedlab.results.run",
     "SweepResult": "speedlab.results.sweep",
-    "Knobs": "speedlab.run.knobs",
-    "explain": "speedlab.run.knobs",
+    "Knobs": "speedlab.results.knobs",
+    "explain": "speedlab.results.knobs",
     "profile_train": "speedlab.api",
     "autotune": "speedlab.api",
-    "Finding": "speedlab.analysis.findings",
+    "Finding": "speedlab.results.findings",
     "diagnose": "speedlab.analysis.doctor",
     "verdicts": "speedlab.analysis.verdict",
     "history": "speedlab.results.store",
+    "load": "speedlab.run.stored",
     "lint": "speedlab.analysis.linter",
     "LintFinding": "speedlab.analysis.linter",
     "SystemSampler": "speedlab.measure.system",
@@ -44,17 +46,18 @@ __all__ = [*_LAZY, "labs", "last", "load_ipython_extension", "unload_ipython_ext
 if TYPE_CHECKING:
     from speedlab import labs
     from speedlab.analysis.doctor import diagnose
-    from speedlab.analysis.findings import Finding
     from speedlab.analysis.linter import LintFinding, lint
     from speedlab.analysis.verdict import verdicts
     from speedlab.api import autotune, profile_train
     from speedlab.measure.machine import system_info
     from speedlab.measure.probe import SpeedProbe
     from speedlab.measure.system import SystemSampler
+    from speedlab.results.findings import Finding
+    from speedlab.results.knobs import Knobs, explain
     from speedlab.results.run import RunResult
     from speedlab.results.store import history
     from speedlab.results.sweep import SweepResult
-    from speedlab.run.knobs import Knobs, explain
+    from speedlab.run.stored import load
 
 
 def __getattr__(name: str) -> Any:

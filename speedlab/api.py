@@ -2,6 +2,9 @@
 
 They check every option, run through speedlab.run with the live view of this front end (a
 terminal line, or a chart in a notebook) and keep the result as ``speedlab.last``.
+``profile_train`` is the way into a sweep that the magic and the panel take too
+(speedlab.notebook.entry): its keywords are the knob table's, and a test checks that they stay
+so.
 """
 
 from __future__ import annotations
@@ -10,12 +13,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from speedlab.notebook.entry import profile
 from speedlab.notebook.live import choose_view
 from speedlab.notebook.session import remember
 from speedlab.results.sweep import SweepResult
 from speedlab.run import autotuner
-from speedlab.run.intercept import RunControls
-from speedlab.run.sweep import plan_sweep, run_sweep
 
 
 def profile_train(
@@ -56,30 +58,41 @@ def profile_train(
         name: a label stored with the sweep.
         live: show a live view while training.
         store: the run store path; ``None`` for the default (``$SPEEDLAB_STORE`` or
-            ``.speedlab/runs.sqlite``), ``False`` to store nothing.
+            ``.speedlab/runs.sqlite``), ``False`` to store nothing. Each run is stored as it
+            ends and the whole sweep when it ends: ``speedlab.load(sweep_id)`` gives it back.
+
+    Each knob keyword is a field of ``speedlab.Knobs`` and an option of ``%%profile_train``,
+    which runs the same way.
 
     Example::
 
         result = speedlab.profile_train(train, workers=[0, 2], steps=40)
         print(result.table())
+        again = speedlab.load(speedlab.history(1)[0]["sweep_id"])  # the same text
     """
     if not callable(train_fn):
         raise TypeError(f"profile_train(train_fn={train_fn!r}): expected a zero-argument callable.")
-    knob_values = {
-        "precision": precision,
-        "compile": compile,
-        "workers": workers,
-        "pin_memory": pin_memory,
-        "persistent_workers": persistent_workers,
-        "matmul": matmul,
-        "preload": preload,
-        "batch_size": batch_size,
-        "devices": devices,
-        "strategy": strategy,
-    }
-    controls = RunControls(steps=steps, time=time, warmup=warmup)
-    spec = plan_sweep(knob_values, trainer=trainer, controls=controls, repeat=repeat, name=name)
-    return remember(run_sweep(train_fn, spec, view=choose_view(live), store=store))
+    return profile(
+        train_fn,
+        precision=precision,
+        compile=compile,
+        workers=workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        matmul=matmul,
+        preload=preload,
+        batch_size=batch_size,
+        devices=devices,
+        strategy=strategy,
+        trainer=trainer,
+        steps=steps,
+        time=time,
+        warmup=warmup,
+        repeat=repeat,
+        name=name,
+        live=live,
+        store=store,
+    )
 
 
 def autotune(train_fn: Callable[[], Any], *, live: bool = False, **options: Any) -> SweepResult:

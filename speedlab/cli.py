@@ -1,11 +1,12 @@
-"""The ``speedlab`` command: a terminal demo and the run history, no notebook needed."""
+"""The ``speedlab`` command: a terminal demo, the run history and stored sweeps, no notebook
+needed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from speedlab.run.knobs import KNOBS, explain
+from speedlab.results.knobs import KNOBS, explain
 
 
 def demo(steps: int, workers: int) -> int:
@@ -35,6 +36,20 @@ def demo(steps: int, workers: int) -> int:
     return 1 if result.error else 0
 
 
+def show_stored(sweep_id: int) -> int:
+    """Print a stored sweep as IPython shows a finished one: its table, notes and findings."""
+    from speedlab.results.store import NotStored, StoreError
+    from speedlab.run.stored import load
+
+    try:
+        sweep = load(sweep_id)
+    except (NotStored, StoreError) as err:
+        print(f"speedlab load: {err}", file=sys.stderr)
+        return 1
+    print("\n".join([str(sweep), *(str(finding) for finding in sweep.diagnosis)]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speedlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -42,8 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--steps", type=int, default=120, help="training steps (default 120)")
     run.add_argument("--workers", type=int, default=0, help="DataLoader workers (default 0)")
     commands.add_parser("system", help="cores, RAM, /dev/shm, GPU, torch and Lightning versions")
-    past = commands.add_parser("history", help="past runs from the run store")
-    past.add_argument("n", type=int, nargs="?", default=20)
+    past = commands.add_parser(
+        "history", help="past runs from the run store; the sweep column is what load takes"
+    )
+    past.add_argument("n", type=int, nargs="?", default=20, help="how many runs (default 20)")
+    stored = commands.add_parser("load", help="a stored sweep, shown as it was when it ran")
+    stored.add_argument("sweep", type=int, help="the sweep's number, from speedlab history")
     teach = commands.add_parser("explain", help="what a knob does and when it helps")
     teach.add_argument("knob", choices=[spec.option for spec in KNOBS.values()])
     args = parser.parse_args(argv)
@@ -59,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "history":
         from speedlab.results.store import format_history, history
 
+        if args.n < 0:
+            parser.error(f"history {args.n}: expected a number of runs >= 0")
         print(format_history(history(args.n)))
+    elif args.command == "load":
+        return show_stored(args.sweep)
     else:
         print(explain(args.knob))
     return 0

@@ -20,7 +20,6 @@ from torch.utils.data import DataLoader
 import speedlab
 from speedlab.analysis.compare import other_processes_cores
 from speedlab.analysis.data import CONTENDED_CORES
-from speedlab.analysis.findings import Finding
 from speedlab.labs import (
     QUIET_TRAINER,
     KnownCostModel,
@@ -29,6 +28,7 @@ from speedlab.labs import (
     known_cost_loader,
     tabular_lab,
 )
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 

@@ -2,13 +2,15 @@
 and an event is stamped when the queue reaches it, as a CUDA stream does.
 
 It lets the device-timeline logic run honestly on a CPU: the host's clock says when work was
-queued, the events when it was done. It never replaces the check on a real GPU.
+queued, the events when it was done. It plugs into speedlab as a device does (a ``Device``
+registered for the run's device type, here the CPU's). It never replaces the check on a real GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -19,12 +21,20 @@ from unittest import mock
 
 import lightning.pytorch as pl
 
-import speedlab.measure.probe
+import speedlab.measure.devices
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure.devices import CpuDevice
 from speedlab.measure.devices.events import EventTimeline
 
 STEP_S = 0.02
 """The device's work a step, unless a test says otherwise."""
+
+
+def device_work(batch_times: list[float]) -> bool:
+    """Whether the spans are the device's ``STEP_S`` of work: never less (queueing it takes the
+    host a fraction of a millisecond), and less than two steps of it (a busy machine wakes the
+    device's thread late)."""
+    return min(batch_times) > 0.9 * STEP_S and statistics.median(batch_times) < 1.9 * STEP_S
 
 
 class SimulatedEvent:
@@ -47,8 +57,13 @@ class SimulatedEvent:
         return (end.stamp - self.stamp) * 1e3
 
 
-class SimulatedDevice:
-    """Runs ``launch``ed work (seconds of sleep) in order; ``synchronize`` waits for all of it."""
+class SimulatedDevice(CpuDevice):
+    """Runs ``launch``ed work (seconds of sleep) in order; ``synchronize`` waits for all of it.
+
+    As a ``Device``: the CPU (a run on it trains on the CPU), asynchronous, timed by its events.
+    """
+
+    asynchronous = True
 
     def __init__(self) -> None:
         self.queue: queue.Queue[float | SimulatedEvent] = queue.Queue()
@@ -65,6 +80,9 @@ class SimulatedDevice:
     def synchronize(self) -> None:
         self.queue.join()
 
+    def timeline(self) -> EventTimeline:
+        return EventTimeline(self.event, self.synchronize)
+
     def _run(self) -> None:
         while True:
             item = self.queue.get()
@@ -79,15 +97,15 @@ class SimulatedDevice:
 
 @contextlib.contextmanager
 def probe_on_simulated_device() -> Iterator[SimulatedDevice]:
-    """SpeedProbe times the (CPU) run's steps on a simulated device's timeline."""
+    """SpeedProbe times the (CPU) run's steps on a simulated device's timeline: the device is
+    registered as the CPU's while the context lasts."""
     device = SimulatedDevice()
-    timeline = lambda kind: EventTimeline(device.event, device.synchronize)  # noqa: E731
     # The device's thread shares the GIL with the host's: hand it over often, so the device
     # stamps an event when it gets there, not when the host lets go (every 5 ms by default).
     switch = sys.getswitchinterval()
     sys.setswitchinterval(0.0001)
     try:
-        with mock.patch.object(speedlab.measure.probe, "device_timeline", timeline):
+        with mock.patch.dict(speedlab.measure.devices.DEVICES, {"cpu": lambda: device}):
             yield device
     finally:
         sys.setswitchinterval(switch)

@@ -115,8 +115,7 @@ def run(data_ms: float, batch_ms: float, busy: float) -> RunResult:
     result = run_of([data_ms / 1e3] * 20, [batch_ms / 1e3] * 20)
     share = data_ms / (data_ms + batch_ms)
     thread = 100 * ((1 - share) + share * busy)
-    result.system = {"main_cpu_percent": thread, "train_thread_cpu_percent": thread}
-    return result
+    return replace(result, system={"main_cpu_percent": thread, "train_thread_cpu_percent": thread})
 
 
 @pytest.mark.parametrize(

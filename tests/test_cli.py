@@ -1,4 +1,4 @@
-"""Tests for speedlab.cli: the ``speedlab`` command (demo, system, history, explain)."""
+"""Tests for speedlab.cli: the ``speedlab`` command (demo, system, history, load, explain)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from speedlab.cli import main
-from speedlab.run.knobs import explain
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import explain
+from speedlab.results.store import RunStore
+from speedlab.results.sweep import SweepResult
+from tests.records import run_of
 
 SCRIPT = Path(sys.executable).with_name("speedlab")
 
@@ -62,3 +66,61 @@ def test_system_and_history_print(capsys) -> None:
     assert "cores" in capsys.readouterr().out.lower()
     assert main(["history", "5"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def stored_by_hand(path: Path) -> tuple[SweepResult, int]:
+    """A finished two-run sweep in the store at ``path``, made without torch."""
+    runs = [
+        run_of([0.004] * 12, [0.008] * 12, knobs={"workers": 0}),
+        run_of([0.001] * 12, [0.008] * 12, knobs={"workers": 2}),
+    ]
+    finding = Finding("io_bound", "data_time is a third of the step.", "Load in parallel.")
+    sweep = SweepResult(runs, name="by hand", diagnosis=[finding], notes=["A note."])
+    with RunStore(path) as store:
+        sweep_id = store.new_sweep(name=sweep.name, cell_hash=None, env={})
+        for position, run in enumerate(sweep.runs):
+            store.add_run(sweep_id, position, run.to_dict())
+        store.finish_sweep(sweep_id, sweep.to_dict())
+    return sweep, sweep_id
+
+
+def test_load_prints_a_stored_sweep_as_it_showed_without_loading_torch(
+    tmp_path: Path, capsys
+) -> None:
+    path = tmp_path / "runs.sqlite"
+    sweep, sweep_id = stored_by_hand(path)
+    assert main(["history"]) == 0
+    header, _, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["run", "sweep"]
+    assert {row.split()[1] for row in rows} == {str(sweep_id)}
+    assert main(["load", str(sweep_id)]) == 0
+    assert capsys.readouterr().out == f"{sweep}\n{sweep.diagnosis[0]}\n"
+    code = (
+        "import sys\n"
+        "from speedlab.cli import main\n"
+        f"assert main(['load', '{sweep_id}']) == 0\n"
+        "assert 'torch' not in sys.modules and 'lightning' not in sys.modules\n"
+    )
+    env = {**os.environ, "SPEEDLAB_STORE": str(path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{sweep}\n{sweep.diagnosis[0]}\n"
+
+
+def test_load_of_an_unknown_sweep_is_one_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "runs.sqlite"
+    assert main(["load", "3"]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"speedlab load: no sweep 3: there is no run store at {path} yet\n"
+    )
+    assert not path.exists()
+    _, sweep_id = stored_by_hand(path)
+    assert main(["load", str(sweep_id + 1)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no sweep {sweep_id + 1} in the run store {path}" in err
+    with pytest.raises(SystemExit):
+        main(["load", "three"])
+    assert "invalid int value: 'three'" in capsys.readouterr().err

@@ -12,10 +12,10 @@ machine.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from speedlab.analysis.findings import differs
 from speedlab.measure.machine import usable_cores
+from speedlab.results.comparison import MIN_STEPS, SAME, TOO_FEW, Comparison
 from speedlab.results.run import RunResult
 from speedlab.results.stats import Summary
 
@@ -29,18 +29,11 @@ raise it from 5% to 30%). Their load comes and goes between runs, so the runs dr
 NOISY_IQR = 0.10
 """Interquartile range over median above which a run's figures get a noise warning (as
 torch.utils.benchmark warns)."""
-MIN_STEPS = 3
-"""Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
-is compared."""
-SAME = "the same configuration"
-"""What ``inert_knobs`` names when two runs differ in no knob: a user measuring the noise."""
-TOO_FEW = "too few to tell"
-"""The verdict when a run has fewer than ``MIN_STEPS`` measurements: no claim either way."""
 
 
 def run_cores(run: RunResult) -> int:
     """Cores the run could use: the sampled count, capped by this process's affinity and quota."""
-    return min(int(run.system.get("cores") or usable_cores()), usable_cores())
+    return min(int(run.system.cores or usable_cores()), usable_cores())
 
 
 def other_processes_cores(run: RunResult) -> float:
@@ -50,69 +43,10 @@ def other_processes_cores(run: RunResult) -> float:
     quota sees the whole host's CPU, mostly other tenants' cores).
     """
     s = run.system
-    if s.get("cpu_percent") is None or int(s.get("cores") or 0) != run_cores(run):
+    if s.cpu_percent is None or int(s.cores or 0) != run_cores(run):
         return 0.0
-    ours = (s.get("main_cpu_percent", 0.0) + s.get("workers_cpu_percent", 0.0)) / 100
-    return max(0.0, s["cpu_percent"] / 100 * int(s.get("cores") or 1) - ours)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Whether run ``b`` is faster or slower than run ``a`` beyond the noise of both.
-
-    ``speedup`` is b's samples/s over a's. ``significant`` when the middle halves (q1-q3) of the
-    two throughput distributions do not overlap and the change is at least ``MIN_EFFECT``, more
-    when other processes took CPU during the runs (``SHARED_EFFECT``).
-    The distributions are the ``--repeat`` replicates' throughputs when a run has them, else its
-    steady steps' throughputs (``RunResult.throughput_summary``), which cannot show drift
-    between runs: ``warnings`` says so. With fewer than ``MIN_STEPS`` measurements on either
-    side the verdict is ``TOO_FEW``, and ``advice`` says what would give enough.
-    """
-
-    speedup: float
-    significant: bool
-    a: Summary
-    b: Summary
-    warnings: tuple[str, ...] = ()
-    advice: str | None = None
-    # The knobs told apart, where none of them could act here (``SAME`` when none differ)
-    inert: tuple[str, ...] = ()
-
-    @property
-    def enough(self) -> bool:
-        return min(self.a.n, self.b.n) >= MIN_STEPS
-
-    @property
-    def verdict(self) -> str:
-        if self.inert:
-            return "within noise"
-        if not self.enough:
-            return TOO_FEW
-        if not self.significant:
-            return "within noise"
-        return "faster" if self.speedup > 1 else "slower"
-
-    def __str__(self) -> str:
-        if self.inert == (SAME,):
-            return (
-                f"{self.speedup:.2f}x, {self.verdict}: the same configuration ran twice, so the "
-                "difference is the machine's"
-            )
-        if self.inert:
-            return (
-                f"{self.speedup:.2f}x, {self.verdict}: {', '.join(self.inert)} changed nothing "
-                "in what was computed here, so the difference is the machine's"
-            )
-        if not self.enough:
-            return (
-                f"{self.speedup:.2f}x, {TOO_FEW} ({self.a.n} and {self.b.n} measurements, "
-                f"{MIN_STEPS} needed: {self.advice})"
-            )
-        spread = (
-            f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
-            " samples/s"
-        )
-        return f"{self.speedup:.2f}x, {self.verdict} ({spread})"
+    ours = ((s.main_cpu_percent or 0.0) + (s.workers_cpu_percent or 0.0)) / 100
+    return max(0.0, s.cpu_percent / 100 * int(s.cores or 1) - ours)
 
 
 def spread_warning(throughput: Summary) -> str | None:
@@ -126,33 +60,39 @@ def spread_warning(throughput: Summary) -> str | None:
     )
 
 
-def _acts(knob: str, run: RunResult) -> bool:
-    """Whether ``knob``, as set for ``run``, could change what the run computed or how."""
-    if knob == "matmul":
-        return run.workload.get("matmul_changes") is not False
-    if knob == "pin_memory":
-        return run.device == "cuda"  # pinning is dropped without a CUDA device
-    if knob == "persistent_workers":
-        return run.loader_workers() > 0
-    return True
+def _inert_matmul(run: RunResult) -> bool:
+    """Whether the run's ``--matmul`` level changed no float32 matmul on its hardware."""
+    return run.workload.get("matmul_changes") is False
 
 
 def inert_knobs(a: RunResult, b: RunResult) -> tuple[str, ...]:
-    """The knobs a and b differ in, when none of them could act on either run (the two ran the
-    same computation, and any difference in speed is the machine's); ``(SAME,)`` when they ran
-    one configuration; () otherwise."""
-    if a is b or (a.knobs and a.knobs == b.knobs):  # "fit" too: another fit of the cell differs
+    """The knobs a and b were asked to differ in, when they ran alike in each (the two ran
+    the same computation, and any difference in speed is the machine's); ``(SAME,)`` when they
+    were one configuration; () otherwise."""
+    if a is b or (a.settings() and a.settings() == b.settings()):
         return (SAME,)
     knobs = sorted(differs(a.knobs, b.knobs))
     if not knobs or any(k not in a.knobs or k not in b.knobs for k in knobs):
         return ()
-    if any(_acts(k, a) or _acts(k, b) for k in knobs):
+    acted = [
+        k
+        for k in knobs
+        if a.ran.get(k) != b.ran.get(k)
+        and not (k == "matmul" and _inert_matmul(a) and _inert_matmul(b))
+    ]
+    if acted:
         return ()
     return tuple(f"{k}={a.knobs[k]}/{b.knobs[k]}" for k in knobs)
 
 
 def compare(a: RunResult, b: RunResult) -> Comparison:
-    """Compare b with a: speedup, and whether it is beyond noise (see ``Comparison``)."""
+    """Compare b with a: speedup, and whether it is beyond noise (see ``Comparison``).
+
+    The distributions are the ``--repeat`` replicates' throughputs when a run has them, else its
+    steady steps' throughputs (``RunResult.throughput_summary``), which cannot show drift
+    between runs: the warnings say so. With fewer than ``MIN_STEPS`` measurements on either
+    side the verdict is too few to tell, and the advice says what would give enough.
+    """
     sa, sb = a.throughput_summary, b.throughput_summary
     ra, rb = a.samples_per_s, b.samples_per_s
     speedup = rb / ra if ra > 0 and math.isfinite(ra) and math.isfinite(rb) else math.nan
@@ -167,6 +107,7 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
         warnings.append(
             "Single runs: drift between runs is not measured; --repeat 3 confirms a small change."
         )
+    cores = min(run_cores(a), run_cores(b))
     shared = max(other_processes_cores(a) / run_cores(a), other_processes_cores(b) / run_cores(b))
     needed = MIN_EFFECT + SHARED_EFFECT * shared
     if needed >= 2 * MIN_EFFECT:
@@ -180,7 +121,18 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
     advice = None if enough else _enough_advice(a, b)
     inert = inert_knobs(a, b)
     significant = bool(apart and big and enough) and not inert
-    return Comparison(speedup, significant, sa, sb, tuple(warnings), advice, inert)
+    return Comparison(
+        speedup,
+        significant,
+        sa,
+        sb,
+        tuple(warnings),
+        advice,
+        inert,
+        needed=needed,
+        cores=cores,
+        noisy=spread_warning(sb),
+    )
 
 
 def _enough_advice(a: RunResult, b: RunResult) -> str:

@@ -12,7 +12,8 @@ import math
 import statistics
 
 from speedlab.analysis.compare import other_processes_cores, run_cores
-from speedlab.analysis.findings import Finding, device_name, torch_threads
+from speedlab.analysis.findings import device_name, torch_threads
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 
@@ -72,22 +73,24 @@ def loader_busy(run: RunResult) -> float | None:
     gets less and loading looks idler than it was.
     """
     s = run.system
-    if s.get("main_cpu_percent") is None:
+    if s.main_cpu_percent is None:
         return None
     cores, workers = run_cores(run), run.loader_workers()
     if workers > 0:
-        cpu = s["workers_cpu_percent"] / 100 / min(workers, cores)
+        if s.workers_cpu_percent is None:
+            return None
+        cpu = s.workers_cpu_percent / 100 / min(workers, cores)
         making = workers_making(run)
         return min(cpu / making if making else cpu, 1.0)
     share = waiting_share(run)
     if not share > 0:
         return None
-    thread = s.get("train_thread_cpu_percent")
+    thread = s.train_thread_cpu_percent
     if thread is not None:
         # The training thread is busy all through the compute part of the step; what it
         # used beyond that went to loading.
         return min(max((thread / 100 - (1 - share)) / share, 0.0), 1.0)
-    main = s["main_cpu_percent"] / 100
+    main = s.main_cpu_percent / 100
     if run.device == "cpu":
         threads = min(torch_threads(run), cores)
         loading = main - (1 - share) * threads - share * (threads - 1)
@@ -136,7 +139,7 @@ def data_bound(run: RunResult) -> list[Finding]:
     making = workers_making(run) if workers else None
     if making is not None and making < WORKERS_KEEP_UP:
         return [_handover(run, head, making, severity)]
-    if run.workload.get("dataset") in IN_MEMORY_DATASETS and run.knobs.get("preload") in (
+    if run.workload.get("dataset") in IN_MEMORY_DATASETS and run.ran.get("preload") in (
         None,
         "off",
     ):
@@ -156,30 +159,30 @@ def data_bound(run: RunResult) -> list[Finding]:
         ]
     if workers:
         who = (
-            f"The {workers} worker(s) used {run.system['workers_cpu_percent']:.0f}% of a core "
+            f"The {workers} worker(s) used {run.system.workers_cpu_percent:.0f}% of a core "
             "together"
             + (f" while making batches {making:.0%} of the time" if making is not None else "")
             + f": each kept about {busy:.0%} of a core busy"
         )
-    elif run.system.get("train_thread_cpu_percent") is not None:
+    elif run.system.train_thread_cpu_percent is not None:
         who = (
             "Loading runs in the training thread (workers=0), which was busy "
-            f"{run.system['train_thread_cpu_percent']:.0f}% of the time: loading kept it busy "
+            f"{run.system.train_thread_cpu_percent:.0f}% of the time: loading kept it busy "
             f"about {busy:.0%} of its data wait"
         )
     else:
         who = (
             f"Loading runs in the main process (workers=0), which used "
-            f"{run.system['main_cpu_percent']:.0f}% of a core with torch's {threads} thread(s); "
+            f"{run.system.main_cpu_percent:.0f}% of a core with torch's {threads} thread(s); "
             f"loading kept it busy about {busy:.0%} of its data wait"
         )
-    iowait = run.system.get("iowait_percent")
+    iowait = run.system.iowait_percent
     who += (
         f"; the machine's iowait was {iowait:.0f}%." if iowait and iowait >= IOWAIT_NOTABLE else "."
     )
     others = other_processes_cores(run)
     who += _contention(run)
-    preload = run.knobs.get("preload")
+    preload = run.ran.get("preload")
     if preload in ("ram", "shm"):
         who += (
             f" With preload={preload} the data is read from memory, so the wait is CPU work "
@@ -193,7 +196,7 @@ def data_bound(run: RunResult) -> list[Finding]:
 
 
 def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Finding:
-    pinned = run.knobs.get("pin_memory") is True
+    pinned = run.ran.get("pin_memory") is True
     evidence = (
         f"{head} Of that wait, {fmt_ms(copy)} is the copy of the batch to the {device_name(run)}: "
         "the time goes to the copy, not to storage or decoding."
@@ -218,7 +221,7 @@ def _contention(run: RunResult) -> str:
     if others < CONTENDED_CORES:
         return ""
     return (
-        f" Other processes used about {others:.1f} of the machine's {run.system.get('cores')} "
+        f" Other processes used about {others:.1f} of the machine's {run.system.cores} "
         "cores meanwhile: this run's figures are slower than on a quiet machine."
     )
 
@@ -298,7 +301,7 @@ _DECODER = (
 def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
     spare = cores - threads - workers
-    preload = run.knobs.get("preload", "off")
+    preload = run.ran.get("preload", "off")
     tight = (
         f"This machine has {cores} cores and torch computes on {threads} thread(s) "
         f"(torch.get_num_threads()), so "
@@ -345,7 +348,7 @@ def oversubscribed(run: RunResult) -> list[Finding]:
     severity = "critical" if workers + threads >= 2 * cores else "warn"
     fewer = max(0, cores - threads)
     fewer = fewer if fewer < workers else workers - 1
-    used = run.system.get("workers_cpu_percent", 0.0) / 100
+    used = (run.system.workers_cpu_percent or 0.0) / 100
     evidence = (
         f"{workers} worker(s) + {threads} torch thread(s) (torch.get_num_threads()) = "
         f"{workers + threads} threads on {cores} cores; the workers used {used:.2f} cores and "

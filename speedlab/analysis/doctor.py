@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from speedlab.analysis.data import data_bound, oversubscribed
-from speedlab.analysis.findings import STEPS_FOR_FIGURES, Finding, in_doctors_order, steady_values
+from speedlab.analysis.findings import STEPS_FOR_FIGURES, in_doctors_order, steady_values
 from speedlab.analysis.host_sync import host_sync
 from speedlab.analysis.model import model_bound, overhead_bound
 from speedlab.analysis.phases import epoch_start, validation_heavy
 from speedlab.analysis.ranks import rank_findings
 from speedlab.analysis.stragglers import worker_straggler
 from speedlab.analysis.traps import notebook_traps
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from speedlab.analysis.findings import Finding
 from speedlab.measure.syncs import in_library, source_place
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 
 if TYPE_CHECKING:

@@ -5,8 +5,9 @@ hardware the run measured can do about it."""
 from __future__ import annotations
 
 from speedlab.analysis.data import waiting_share
-from speedlab.analysis.findings import Finding, batch_size, device_name
+from speedlab.analysis.findings import batch_size, device_name
 from speedlab.measure.numerics import cpu_has_bf16, cpu_matmul_changes
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 

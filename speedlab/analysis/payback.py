@@ -7,10 +7,13 @@ cell's own training. Only a sweep shows it: it needs the same run with the knob 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speedlab.analysis.compare import compare
-from speedlab.analysis.findings import Finding, differs, step_wall
+from speedlab.analysis.findings import differs, step_wall
+from speedlab.results.comparison import Verdict
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import fmt_ms
@@ -59,7 +62,7 @@ def break_even(spec: UpFront, without: RunResult, with_knob: RunResult) -> float
     """Steps after which the knob's up-front cost is won back (``inf``: never; 0: free)."""
     saving = step_wall(without) - step_wall(with_knob)
     cost = up_front_cost(spec, without, with_knob)
-    if compare(without, with_knob).verdict != "faster" or not saving > 0:
+    if compare(without, with_knob).verdict != Verdict.faster or not saving > 0:
         return math.inf
     return math.ceil(cost / saving)
 
@@ -119,18 +122,18 @@ def _finding(spec: UpFront, without: RunResult, run: RunResult) -> Finding:
     return Finding(spec.kind, evidence, advice, spec.knob, "info" if pays else "warn", value)
 
 
-def up_front_of(sweep: SweepResult, run: RunResult) -> list[tuple[UpFront, RunResult]]:
-    """Each up-front knob ``run`` has that the sweep also ran without: (knob, that run)."""
+def up_front_of(runs: Sequence[RunResult], run: RunResult) -> list[tuple[UpFront, RunResult]]:
+    """Each up-front knob ``run`` has that ``runs`` also ran without: (knob, that run)."""
     found = []
     for spec in UP_FRONT.values():
-        if not run.ok or _off(run.knobs.get(spec.knob)):
+        if not run.ok or _off(run.ran.get(spec.knob)):
             continue
         without = next(
             (
                 other
-                for other in sweep.runs
+                for other in runs
                 if other.ok
-                and _off(other.knobs.get(spec.knob))
+                and _off(other.ran.get(spec.knob))
                 and differs(other.knobs, run.knobs) == {spec.knob}
             ),
             None,
@@ -145,5 +148,20 @@ def payback(sweep: SweepResult) -> list[Finding]:
     return [
         _finding(spec, without, run)
         for run in sweep.runs
-        for spec, without in up_front_of(sweep, run)
+        for spec, without in up_front_of(sweep.runs, run)
+    ]
+
+
+def break_evens(runs: Sequence[RunResult], run: RunResult) -> dict[str, float | None]:
+    """The steps after which each up-front knob of ``run`` pays back, against the run of
+    ``runs`` without it (None: never), as a run keeps them (``RunResult.break_even``)."""
+    found = {spec.knob: break_even(spec, without, run) for spec, without in up_front_of(runs, run)}
+    return {knob: None if math.isinf(steps) else steps for knob, steps in found.items()}
+
+
+def break_even_notes(run: RunResult) -> list[str]:
+    """The run's stored break-even figures in words, one per up-front knob."""
+    return [
+        f"{knob} break-even: {break_even_text(math.inf if steps is None else steps, run)}"
+        for knob, steps in run.break_even.items()
     ]

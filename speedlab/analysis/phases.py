@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from speedlab.analysis.findings import Finding
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 
@@ -39,7 +39,7 @@ def epoch_start(run: RunResult) -> list[Finding]:
         f"{statistics.median(gaps):.2f} s (median) for the first batch, against {fmt_ms(typical)} "
         f"normally: {sum(gaps):.2f} s, {share:.0%} of the training time."
     )
-    if workers and not run.knobs.get("persistent_workers"):
+    if workers and not run.ran.get("persistent_workers"):
         advice = (
             f"Without persistent workers, the {workers} worker process(es) start again every "
             "epoch. --persistent-workers on keeps them alive (and their memory) for the whole run."

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import statistics
 
-from speedlab.analysis.findings import Finding, rank_measured
+from speedlab.analysis.findings import rank_measured
 from speedlab.analysis.stragglers import rank_straggler
 from speedlab.measure.ranks import slowest_rank
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
 
@@ -19,15 +20,14 @@ SYNC_SHARE_CRITICAL = 0.50
 SYNC_BATCH_FACTOR = 4
 """How much larger a per-rank batch the doctor suggests against synchronisation overhead."""
 
-_CUDA_FORK_MARKERS = (
-    "CUDA is already initialised in this process",
-    "can't create new processes if CUDA is already initialized",
-)
+_CUDA_FORK_ERROR = "can't create new processes if CUDA is already initialized"
+"""Lightning's own words when it refuses such a fork (speedlab's refusal comes first, and the
+run records it as ``workload["cuda_before_fork"]``)."""
 
 
 def _cuda_fork(run: RunResult) -> list[Finding]:
     error = run.error or ""
-    if not any(marker in error for marker in _CUDA_FORK_MARKERS):
+    if not error or ("cuda_before_fork" not in run.workload and _CUDA_FORK_ERROR not in error):
         return []
     advice = (
         "In a notebook, ddp_notebook forks the notebook process into the ranks, and a forked "
@@ -39,19 +39,19 @@ def _cuda_fork(run: RunResult) -> list[Finding]:
 
 
 def _sync_share(run: RunResult) -> list[Finding]:
-    timed = [e for e in run.ranks if rank_measured(e) and e["sync_time"] is not None]
+    timed = [e for e in run.ranks if rank_measured(e) and e.sync_time is not None]
     if len(timed) < 2 or len(timed) < len(run.ranks):
         return []
     slow = slowest_rank(timed)
-    comm = min(e["sync_time"] for e in timed)
-    step = (slow["data_time"] or 0.0) + (slow["batch_time"] or 0.0)
+    comm = min(e.sync_time for e in timed)
+    step = (slow.data_time or 0.0) + (slow.batch_time or 0.0)
     if step <= 0 or comm / step < SYNC_SHARE_WARN:
         return []
     severity = "critical" if comm / step >= SYNC_SHARE_CRITICAL else "warn"
-    batch = round(statistics.median(slow["records"]["samples"]) or 1)
+    batch = round(statistics.median(slow.records["samples"]) or 1)
     evidence = (
         f"Gradient synchronisation takes {fmt_ms(comm)} of each {fmt_ms(step)} step "
-        f"({comm / step:.0%}), even on rank {slow['rank']}, which waits for no one."
+        f"({comm / step:.0%}), even on rank {slow.rank}, which waits for no one."
     )
     advice = (
         "Each step exchanges every gradient, however little the ranks computed: more work per "

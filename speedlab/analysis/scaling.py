@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.machine import usable_cores
 from speedlab.results.run import RunResult
-from speedlab.results.sweep import SweepResult
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,13 @@ def processes_of(run: RunResult) -> int:
     return max(1, len(run.ranks))
 
 
-def scaling(sweep: SweepResult) -> list[Scaling]:
+def scaling(runs: Sequence[RunResult]) -> list[Scaling]:
     """Each multi-process run against the one-process run with the same other knobs."""
 
     def others(run: RunResult) -> dict[str, Any]:
         return {k: v for k, v in run.knobs.items() if k not in ("devices", "strategy")}
 
-    done = [r for r in sweep.runs if r.ok and r.samples_per_s > 0]
+    done = [r for r in runs if r.ok and r.samples_per_s > 0]
     out = []
     for run in done:
         n = processes_of(run)
@@ -56,18 +56,16 @@ def scaling(sweep: SweepResult) -> list[Scaling]:
     return out
 
 
-def scaling_notes(sweep: SweepResult) -> None:
-    """Note each multi-process run's scaling efficiency on it, and why it falls short."""
-    found = scaling(sweep)
-    for item in found:
-        item.run.notes.append(f"scaling: {item}")
-    cpu = [item for item in found if item.run.device == "cpu"]
-    if cpu:
-        sweep.notes.append(
-            f"Scaling efficiency = samples/s with N processes / (N x samples/s with 1). The CPU "
-            f"processes here share {usable_cores()} cores: each rank gets its share of them "
-            "(Lightning gives each cores/N threads), so N ranks only gain where one process "
-            "left cores idle (per-step overhead, waiting for data); gradient synchronisation "
-            "and the ranks' data loading take their part on top. On N GPUs each rank has a "
-            "device of its own."
-        )
+def scaling_notes(found: Sequence[Scaling]) -> list[str]:
+    """What a sweep with these scaled runs says of scaling: how efficiency is read, and why
+    CPU processes fall short of N times."""
+    if not any(item.run.device == "cpu" for item in found):
+        return []
+    return [
+        f"Scaling efficiency = samples/s with N processes / (N x samples/s with 1). The CPU "
+        f"processes here share {usable_cores()} cores: each rank gets its share of them "
+        "(Lightning gives each cores/N threads), so N ranks only gain where one process "
+        "left cores idle (per-step overhead, waiting for data); gradient synchronisation "
+        "and the ranks' data loading take their part on top. On N GPUs each rank has a "
+        "device of its own."
+    ]

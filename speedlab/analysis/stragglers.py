@@ -10,8 +10,9 @@ from __future__ import annotations
 import statistics
 
 from speedlab.analysis.data import DATA_SHARE_WARN, waiting_share
-from speedlab.analysis.findings import Finding, rank_measured
+from speedlab.analysis.findings import rank_measured
 from speedlab.measure.ranks import slowest_rank
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt, fmt_ms
 
@@ -68,28 +69,28 @@ def rank_straggler(run: RunResult) -> list[Finding]:
         return []
     slow = slowest_rank(ranks)
     others = [e for e in ranks if e is not slow]
-    work = statistics.median(e["work_time"] for e in others)
-    if not slower(slow["work_time"], work, RANK_STRAGGLER_FACTOR):
+    work = statistics.median(e.work_time for e in others)
+    if not slower(slow.work_time, work, RANK_STRAGGLER_FACTOR):
         return []
-    data = statistics.median(e["data_time"] for e in others)
-    compute = statistics.median(e["batch_time"] - (e["sync_time"] or 0.0) for e in others)
-    slow_compute = slow["batch_time"] - (slow["sync_time"] or 0.0)
+    data = statistics.median(e.data_time for e in others)
+    compute = statistics.median(e.batch_time - (e.sync_time or 0.0) for e in others)
+    slow_compute = slow.batch_time - (slow.sync_time or 0.0)
     evidence = (
-        f"Rank {slow['rank']} needs {fmt_ms(slow['work_time'])} of its own work per step (data "
-        f"{fmt_ms(slow['data_time'])}, compute {fmt_ms(slow_compute)}); the other ranks need "
+        f"Rank {slow.rank} needs {fmt_ms(slow.work_time)} of its own work per step (data "
+        f"{fmt_ms(slow.data_time)}, compute {fmt_ms(slow_compute)}); the other ranks need "
         f"{fmt_ms(work)} (data {fmt_ms(data)}, compute {fmt_ms(compute)}). Every step waits for rank "
-        f"{slow['rank']} at the gradient sync."
+        f"{slow.rank} at the gradient sync."
     )
-    if slower(slow["data_time"], data, RANK_STRAGGLER_FACTOR):
+    if slower(slow.data_time, data, RANK_STRAGGLER_FACTOR):
         advice = (
-            f"Rank {slow['rank']}'s data loading is slower (data is "
-            f"{fmt(slow['data_share'], '.0%')} of its step): look at what makes its shard slow "
+            f"Rank {slow.rank}'s data loading is slower (data is "
+            f"{fmt(slow.data_share, '.0%')} of its step): look at what makes its shard slow "
             "(larger files, slower storage, a heavier transform, a busy core). More DataLoader "
             "workers per rank help when cores are free."
         )
         return [Finding("straggler", evidence, advice, "workers", "warn", 2)]
     advice = (
-        f"Rank {slow['rank']}'s compute is slower: a slower or busier device (another process on "
+        f"Rank {slow.rank}'s compute is slower: a slower or busier device (another process on "
         "its GPU or cores, thermal throttling), or more work in its batches (longer sequences). "
         "The job runs at the pace of its slowest rank."
     )

@@ -1,33 +1,43 @@
 """The doctor's rule on notebook traps: DataLoader worker set-ups that fail in a notebook, or
 work there only by accident (a dataset class defined in a cell, workers dying on a small
-/dev/shm)."""
+/dev/shm).
+
+A class defined in the notebook is a fact of the run, not a sentence to look for: the run
+records it in ``run.workload["notebook_class"]`` (``name``, ``start_method`` and ``forked``:
+whether speedlab forked the workers for it, or refused the run). Only the errors of the
+workers themselves, which come from outside speedlab, are read as text.
+"""
 
 from __future__ import annotations
 
-from speedlab.analysis.findings import Finding
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 
 _WORKERS_DIED = ("exited unexpectedly", "bus error", "shared memory", "shm")
+_CANNOT_IMPORT = "Can't get attribute"  # pickle's own words, from a worker that could not import
 
 
 def notebook_traps(run: RunResult) -> list[Finding]:
     findings = []
-    for note in run.notes:
-        if "is defined in the notebook" in note:
-            findings.append(
-                Finding(
-                    "notebook_trap",
-                    note,
-                    "It ran here only because speedlab switched the workers to fork. Outside "
-                    "speedlab, or where fork is missing or unsafe (Windows, macOS), the workers "
-                    'fail with "Can\'t get attribute". Move the class into a .py file next to '
-                    "the notebook and import it from there.",
-                    None,
-                    "info",
-                )
+    notebook_class = run.workload.get("notebook_class")
+    if notebook_class is not None and notebook_class["forked"]:
+        findings.append(
+            Finding(
+                "notebook_trap",
+                f"{notebook_class['name']} is defined in the notebook and workers start with "
+                f"'{notebook_class['start_method']}' here, which cannot import it: speedlab "
+                "started the workers with 'fork' instead.",
+                "It ran here only because speedlab switched the workers to fork. Outside "
+                "speedlab, or where fork is missing or unsafe (Windows, macOS), the workers "
+                'fail with "Can\'t get attribute". Move the class into a .py file next to '
+                "the notebook and import it from there.",
+                None,
+                "info",
             )
+        )
     error = run.error or ""
-    if "is defined in the notebook" in error or "Can't get attribute" in error:
+    refused = notebook_class is not None and not notebook_class["forked"]
+    if error and (refused or _CANNOT_IMPORT in error):
         findings.append(
             Finding(
                 "notebook_trap",

@@ -5,29 +5,34 @@ and what still limits the best run."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
-from speedlab.analysis.compare import TOO_FEW, compare, run_cores
+from speedlab.analysis.compare import compare, run_cores
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.findings import (
-    Finding,
-    differs,
-    in_doctors_order,
-    option_text,
-    torch_threads,
-    unique_findings,
+from speedlab.analysis.findings import differs, in_doctors_order, torch_threads, unique_findings
+from speedlab.analysis.payback import (
+    break_even,
+    break_even_text,
+    break_evens,
+    payback,
+    pays_back,
+    up_front_of,
 )
-from speedlab.analysis.payback import break_even, break_even_text, payback, pays_back, up_front_of
+from speedlab.analysis.scaling import scaling, scaling_notes
 from speedlab.analysis.traps import notebook_traps
+from speedlab.results.comparison import Verdict
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import option_text
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import fmt_ms
 
 _EFFECTS = {
-    "faster": "Helped",
-    "within noise": "Within noise",
-    "slower": "Slower",
-    TOO_FEW: "Too few measurements to tell",
+    Verdict.faster: "Helped",
+    Verdict.within_noise: "Within noise",
+    Verdict.slower: "Slower",
+    Verdict.too_few: "Too few measurements to tell",
 }
 """How the verdict names each single-knob change, by its comparison's verdict."""
 BATCH_TIME_GROWTH = 0.20
@@ -52,8 +57,8 @@ def _moved(name: str, before: float, after: float) -> str:
 
 def verdicts(sweep: SweepResult) -> list[str]:
     """One sentence per run after the baseline: its speedup and verdict against the baseline
-    (``compare``: faster, slower, within noise or too few to tell) and how data_time and
-    batch_time moved, the two parts that explain it. Lessons print these, so that what they
+    (its stored comparison: faster, slower, within noise or too few to tell) and how data_time
+    and batch_time moved, the two parts that explain it. Lessons print these, so that what they
     say about a result is that run's own figures."""
     base, lines = sweep.baseline, []
     for run in sweep.runs[1:]:
@@ -61,7 +66,7 @@ def verdicts(sweep: SweepResult) -> list[str]:
             lines.append(f"{run.label(base)}: failed: {run.error}")
             continue
         moves = (_moved(name, getattr(base, name), getattr(run, name)) for name in _PARTS)
-        lines.append(f"{run.label(base)}: {compare(base, run)}; {', '.join(moves)}.")
+        lines.append(f"{run.label(base)}: {run.comparison}; {', '.join(moves)}.")
     return lines
 
 
@@ -78,13 +83,13 @@ def _verdict(sweep: SweepResult) -> Finding:
     for run in sweep.runs[1:]:
         if not run.ok or len(differs(base.knobs, run.knobs)) != 1:
             continue
-        c = compare(base, run)
+        c = run.comparison
         effects[c.verdict].append(f"{run.label(base)} {c.speedup:.2f}x")
     said = "".join(
         f" {_EFFECTS[verdict]}: {', '.join(items)}." for verdict, items in effects.items() if items
     )
-    c = compare(base, best)
-    if best is not base and c.verdict == TOO_FEW:
+    c = best.comparison
+    if best is not base and c.verdict == Verdict.too_few:
         return Finding(
             "verdict",
             f"Too few measurements to tell whether any run beat the baseline (fastest: "
@@ -92,7 +97,7 @@ def _verdict(sweep: SweepResult) -> Finding:
             f"Measure again with {c.advice}.",
             severity="info",
         )
-    if best is base or c.verdict != "faster":
+    if best is base or c.verdict != Verdict.faster:
         fastest = "" if best is base else f" (fastest: {best.label(base)}, {c})"
         return Finding(
             "verdict",
@@ -103,7 +108,7 @@ def _verdict(sweep: SweepResult) -> Finding:
     unpaid = [
         f"{spec.doing.lower()} ({spec.knob}={best.knobs[spec.knob]}) pays back its up-front time "
         f"only {break_even_text(break_even(spec, without, best), best)}"
-        for spec, without in up_front_of(sweep, best)
+        for spec, without in up_front_of(sweep.runs, best)
         if not pays_back(spec, without, best)
     ]
     keep = f"Keep {best.label(base)}."
@@ -126,16 +131,16 @@ def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
     """batch_time growing with workers, among runs that differ only in workers."""
     groups: dict[str, list[RunResult]] = {}
     for run in sweep.runs:
-        if run.ok and isinstance(run.knobs.get("workers"), int) and math.isfinite(run.batch_time):
-            rest = {k: v for k, v in run.knobs.items() if k not in ("workers", "fit")}
+        if run.ok and isinstance(run.ran.get("workers"), int) and math.isfinite(run.batch_time):
+            rest = {k: v for k, v in run.settings().items() if k != "workers"}
             groups.setdefault(repr(sorted(rest.items())), []).append(run)
     findings = []
     for runs in groups.values():
-        runs = sorted(runs, key=lambda r: r.knobs["workers"])
+        runs = sorted(runs, key=lambda r: r.ran["workers"])
         few, many = runs[0], runs[-1]
         cores, threads = run_cores(many), torch_threads(many)
         grew = many.batch_time / few.batch_time - 1 if few.batch_time > 0 else 0.0
-        w_few, w_many = few.knobs["workers"], many.knobs["workers"]
+        w_few, w_many = few.ran["workers"], many.ran["workers"]
         if w_many == w_few or w_many + threads <= cores or grew < BATCH_TIME_GROWTH:
             continue
         evidence = (
@@ -161,7 +166,7 @@ def _measured_here(sweep: SweepResult, best: RunResult, finding: Finding) -> Fin
         return finding
     for run in sweep.runs:
         same_but_knob = run is not best and differs(best.knobs, run.knobs) == {finding.knob}
-        if same_but_knob and run.ok and run.knobs.get(finding.knob) == finding.value:
+        if same_but_knob and run.ok and run.ran.get(finding.knob) == finding.value:
             measured = (
                 f"{finding.advice} This sweep already measured "
                 f"{option_text(finding.knob, finding.value)} against it: {compare(best, run)}."
@@ -188,3 +193,32 @@ def diagnose_sweep(sweep: SweepResult) -> list[Finding]:
         findings += [_measured_here(sweep, best, f) for f in tried]
     verdict = [] if len(sweep.runs) == 1 and best is not None else [_verdict(sweep)]
     return verdict + in_doctors_order(unique_findings(findings))
+
+
+def judge_sweep(
+    runs: Sequence[RunResult],
+    *,
+    name: str | None = None,
+    notes: Sequence[str] = (),
+    chosen: RunResult | None = None,
+) -> SweepResult:
+    """The sweep of these runs (the first is the baseline), judged once: each run with its
+    comparison with the baseline, its up-front knobs' break-even and its scaling efficiency;
+    the sweep with its findings (``diagnose_sweep``). ``chosen`` is one of ``runs``, the run a
+    search settled on. Every view formats what this stores."""
+    runs = list(runs)
+    base = runs[0]
+    found = scaling(runs)
+    scaled = {id(item.run): f"scaling: {item}" for item in found}
+    judged = [
+        replace(
+            run,
+            comparison=compare(base, run),
+            break_even=break_evens(runs, run),
+            notes=run.notes + ([scaled[id(run)]] if id(run) in scaled else []),
+        )
+        for run in runs
+    ]
+    pick = next((j for r, j in zip(runs, judged) if r is chosen), None)
+    sweep = SweepResult(judged, name=name, notes=[*notes, *scaling_notes(found)], chosen=pick)
+    return replace(sweep, diagnosis=diagnose_sweep(sweep))

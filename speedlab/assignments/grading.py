@@ -24,10 +24,10 @@ from speedlab.assignments.pass_mark import pass_mark
 from speedlab.assignments.pipeline import reference_train
 from speedlab.assignments.same_work import changed
 from speedlab.measure.machine import usable_cores
+from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.run.intercept import RunControls
-from speedlab.run.knobs import Knobs
 from speedlab.run.sweep import run_once
 
 

@@ -37,17 +37,6 @@ def imported_torch() -> ModuleType | None:
     return torch
 
 
-def torch_gpu_memory(torch: ModuleType | None) -> int | None:
-    """Bytes torch's CUDA allocator holds, only where CUDA is already initialised.
-
-    Checking `torch.cuda.is_available()` would initialise CUDA, and a process that has done so
-    cannot fork DataLoader workers or `ddp_notebook` ranks that use CUDA.
-    """
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    return sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
-
-
 def visible_gpus(count: int) -> list[int]:
     """Indices of the GPUs this process may use, from CUDA_VISIBLE_DEVICES (all if unset).
 

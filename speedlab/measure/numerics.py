@@ -7,6 +7,9 @@ back as ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.mkldn
 .fp32_precision``): cuBLAS on a CUDA GPU and oneDNN on the CPU. It covers matrix multiplies
 (Linear layers, ``@``), not convolutions: cuDNN runs float32 convolutions in TF32 already by
 default (``torch.backends.cudnn.allow_tf32``).
+
+These are the facts and their sentences; which of them apply to a run is each device's to say
+(``speedlab.measure.devices``: ``Device.amp`` and ``Device.matmul``).
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ callback hooks around them:
 - batch_time: the ``run_training_batch`` span.
 - wall: from this step's start to the next one's, validation excluded.
 
-On an asynchronous device (CUDA) those edges are also marked in the device's queue, and the
+On an asynchronous device those edges are also marked in the device's queue, and the
 device's own stamps, read a few steps later, replace the host's figures
 (``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
 of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
-the loader, which the device's work may hide. On CUDA, a few warm-up spans also count the host
-syncs made in them (``speedlab.measure.syncs``).
+the loader, which the device's work may hide. Where the device can report them, a few warm-up
+spans also count the host syncs made in them (``speedlab.measure.syncs``). What differs by
+device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
 
 The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
 """
@@ -33,14 +34,16 @@ from typing import Any
 from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
-from speedlab.measure.devices import device_timeline
+from speedlab.measure.devices import device_for
 from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
-from speedlab.results.run import RunResult, empty_records
+from speedlab.results.run import Phase, RunResult, empty_records
+from speedlab.results.system import SystemSummary
 
 FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
+STEP_PHASES = (Phase.compile, Phase.epoch_start, Phase.warmup, Phase.steady)  # a step's phases
 BATCH_ACTION = "run_training_batch"
 
 _perf = time.perf_counter
@@ -77,13 +80,32 @@ def samples_of(batch: Any, loaders: Any) -> int:
     return batch_size_of(batch)
 
 
-def loader_workers(loaders: Any) -> int:
-    """Worker processes of the training loaders (one loader, or a dict or list of them)."""
+def each_loader(loaders: Any) -> list[Any]:
+    """The training loaders: one loader, or those of a dict or list of them."""
     if isinstance(loaders, Mapping):
-        return sum(loader_workers(part) for part in loaders.values())
+        return [one for part in loaders.values() for one in each_loader(part)]
     if isinstance(loaders, (list, tuple)):
-        return sum(loader_workers(part) for part in loaders)
-    return int(getattr(loaders, "num_workers", 0) or 0)
+        return [one for part in loaders for one in each_loader(part)]
+    return [] if loaders is None else [loaders]
+
+
+def loader_facts(loaders: Any) -> dict[str, Any]:
+    """How the training loaders load, as they were built: their worker processes in all
+    (``loader_workers``), and where they agree, whether they pin memory and keep their workers
+    between epochs, and their batch size."""
+    flat = each_loader(loaders)
+    facts: dict[str, Any] = {
+        "loader_workers": sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
+    }
+    for fact, attribute in (
+        ("loader_pin_memory", "pin_memory"),
+        ("loader_persistent_workers", "persistent_workers"),
+        ("loader_batch_size", "batch_size"),
+    ):
+        values = {getattr(one, attribute, None) for one in flat}
+        if len(values) == 1 and None not in values:
+            facts[fact] = values.pop()
+    return facts
 
 
 def training_plan(trainer: Any, own_max_steps: int | None = None) -> dict[str, int]:
@@ -138,7 +160,7 @@ class _SpeedProbeCore:
 
     def _reset(self, trainer: Any, pl_module: Any) -> None:
         self.records = empty_records()
-        self.phases = {"setup": 0.0, "validation": 0.0}
+        self.phases = {Phase.setup: 0.0, Phase.validation: 0.0}
         self._result = None
         self.exception = None
         self._t0 = _perf()
@@ -156,7 +178,7 @@ class _SpeedProbeCore:
         self._batch_start = self._batch_end = self._hook_start = 0.0
         self._batch_samples = 0
         self._loaders: Any = None  # a dict or list of training loaders, if several
-        self._workload: dict[str, int] = {}
+        self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._timeline: EventTimeline | None = None
@@ -224,7 +246,7 @@ class _SpeedProbeCore:
             if self._timeline is not None:
                 self._timeline.resolve(self.records, wait=True)
         except Exception:
-            # A failed device stays failed (a CUDA error is sticky): the user's own error is
+            # A failed device stays failed (its errors can be sticky): the user's own error is
             # the one to see, and the steps keep the host's figures.
             if self.exception is None:
                 raise
@@ -271,10 +293,10 @@ class _SpeedProbeCore:
 
     def _phase(self, index: int) -> str:
         if self._compiled and index == 0:
-            return "compile"
+            return Phase.compile
         if self._first_in_epoch:
-            return "epoch_start"
-        return "warmup" if index < self.warmup else "steady"
+            return Phase.epoch_start
+        return Phase.warmup if index < self.warmup else Phase.steady
 
     # -- Lightning hooks --------------------------------------------------------------------
 
@@ -291,17 +313,22 @@ class _SpeedProbeCore:
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
             return
-        self.phases["setup"] = _perf() - self._t0 - self.phases["validation"]
+        self.phases[Phase.setup] = _perf() - self._t0 - self.phases[Phase.validation]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
         plan = training_plan(trainer, self.own_max_steps)
-        self._workload = {"loader_workers": loader_workers(loaders), **plan}
+        self._workload = {
+            **loader_facts(loaders),
+            **plan,
+            "precision": str(getattr(trainer, "precision", "")),
+            "devices": int(getattr(trainer, "num_devices", 1) or 1),
+        }
         self.device = str(pl_module.device.type)
-        self._timeline = device_timeline(self.device)
+        device = device_for(self.device)
+        self._timeline = device.timeline()
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
-        if self.device == "cuda":
-            self._syncs = SyncWatch(self.warmup)
+        self._syncs = device.sync_watch(self.warmup)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -371,7 +398,7 @@ class _SpeedProbeCore:
             if self._step_open:
                 self._mark("val_end", self._steps - 1)
             seconds = _perf() - self._val_start
-            self.phases["validation"] += seconds
+            self.phases[Phase.validation] += seconds
             self._val_since += seconds
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -389,12 +416,12 @@ class _SpeedProbeCore:
 
     def _build_result(self) -> RunResult:
         r = self.records
-        phases = dict.fromkeys(("compile", "epoch_start", "warmup", "steady"), 0.0)
+        phases = dict.fromkeys(STEP_PHASES, 0.0)
         for phase, wall in zip(r["phase"], r["wall"]):
             phases[phase] += wall
         phases = {**self.phases, **phases}
         notes = []
-        if r["data_time"] and "steady" not in r["phase"]:
+        if r["data_time"] and Phase.steady not in r["phase"]:
             notes.append(
                 f"Only {len(r['data_time'])} steps ran, all warm-up or start-up: "
                 f"no steady state to report. Run more than {self.warmup + 1} steps."
@@ -404,7 +431,7 @@ class _SpeedProbeCore:
         return RunResult(
             records=r,
             phases=phases,
-            system=self.sampler.summary().to_dict() if self.sampler is not None else {},
+            system=self.sampler.summary() if self.sampler is not None else SystemSummary(),
             final_loss=final,
             losses=losses,
             notes=notes,

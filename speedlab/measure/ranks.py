@@ -27,6 +27,7 @@ communication itself; the other ranks' sync time also holds their wait for it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -42,7 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speedlab.results.run import RunResult
+from speedlab.results.run import RankRecord, RunResult
+from speedlab.results.system import SystemSummary
 from speedlab.results.table import fmt_ms
 
 STEP_KEYS = ("t", "data_time", "batch_time", "sync_time", "wall", "samples", "phase", "epoch")
@@ -124,7 +126,7 @@ def _steady_or_all(phases: Sequence[str]) -> list[int]:
     return steady or list(range(len(phases)))
 
 
-def rank_entry(payload: dict[str, Any]) -> dict[str, Any]:
+def rank_entry(payload: dict[str, Any]) -> RankRecord:
     """One ``RunResult.ranks`` entry from a rank's payload: its medians and its step records.
 
     ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
@@ -137,27 +139,27 @@ def rank_entry(payload: dict[str, Any]) -> dict[str, Any]:
     records["sync_time"] = list(sync) if sync is not None else None
     steady = _steady_or_all(r["phase"])
     own = [r["data_time"][i] + r["batch_time"][i] - (sync[i] if sync else 0.0) for i in steady]
-    return {
-        "rank": payload["rank"],
-        "host": payload["host"],
-        "pid": payload["pid"],
-        "steps": result.steps,
-        "samples": result.samples,
-        "samples_per_s": _number(result.samples_per_s),
-        "data_time": _number(result.data_time),
-        "batch_time": _number(result.batch_time),
-        "sync_time": _median([sync[i] for i in steady]) if sync else None,
-        "work_time": _median(own),
-        "data_share": _number(result.data_share),
-        "error": payload.get("error"),
-        "system": result.system,
-        "records": records,
-    }
+    return RankRecord(
+        rank=payload["rank"],
+        host=payload["host"],
+        pid=payload["pid"],
+        steps=result.steps,
+        samples=result.samples,
+        samples_per_s=_number(result.samples_per_s),
+        data_time=_number(result.data_time),
+        batch_time=_number(result.batch_time),
+        sync_time=_median([sync[i] for i in steady]) if sync else None,
+        work_time=_median(own),
+        data_share=_number(result.data_share),
+        error=payload.get("error"),
+        system=result.system,
+        records=records,
+    )
 
 
-def slowest_rank(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def slowest_rank(ranks: Sequence[RankRecord]) -> RankRecord:
     """The rank with the most own work per step (the one the others wait for)."""
-    return max(ranks, key=lambda e: (e["work_time"] or -1.0, -e["rank"]))
+    return max(ranks, key=lambda e: (e.work_time or -1.0, -e.rank))
 
 
 # -- the job ------------------------------------------------------------------------------------
@@ -175,26 +177,29 @@ def _job_records(slowest: RunResult, results: Sequence[RunResult]) -> dict[str, 
 _PER_PROCESS = ("main_cpu_percent", "workers_cpu_percent", "peak_rss_bytes", "peak_workers")
 
 
-def _job_system(results: Sequence[RunResult]) -> dict[str, Any]:
+def _job_system(results: Sequence[RunResult]) -> SystemSummary:
     """Machine-wide figures from rank 0; each process's own figures summed over the ranks."""
-    systems = [r.system for r in results if r.system]
+    systems = [r.system for r in results if r.system.sampled]
     if not systems:
-        return {}
-    job = dict(systems[0])
-    for key in _PER_PROCESS:
-        values = [s.get(key) for s in systems]
-        if all(isinstance(v, (int, float)) for v in values):
-            job[key] = sum(values)
-    return job
+        return SystemSummary()
+    summed = {key: [getattr(s, key) for s in systems] for key in _PER_PROCESS}
+    return dataclasses.replace(
+        systems[0],
+        **{
+            key: sum(values)
+            for key, values in summed.items()
+            if all(isinstance(v, (int, float)) for v in values)
+        },
+    )
 
 
-def _sync_note(ranks: Sequence[dict[str, Any]], slowest: dict[str, Any]) -> str | None:
-    timed = [e for e in ranks if e["sync_time"] is not None]
+def _sync_note(ranks: Sequence[RankRecord], slowest: RankRecord) -> str | None:
+    timed = [e for e in ranks if e.sync_time is not None]
     if not timed or len(timed) < len(ranks):
         return None
-    comm = min(e["sync_time"] for e in timed)
-    wait = max(e["sync_time"] for e in timed) - comm
-    step = (slowest["data_time"] or 0.0) + (slowest["batch_time"] or 0.0)
+    comm = min(e.sync_time for e in timed)
+    wait = max(e.sync_time for e in timed) - comm
+    step = (slowest.data_time or 0.0) + (slowest.batch_time or 0.0)
     share = f", {comm / step:.0%} of the step" if step > 0 else ""
     return (
         f"Gradient synchronisation (DDP all-reduce, timed by a communication hook) takes "
@@ -211,15 +216,15 @@ def job_result(payloads: Sequence[dict[str, Any]]) -> RunResult:
     slow = slowest_rank(ranks)
     base = results[ranks.index(slow)]
     world = max(p["world_size"] for p in payloads)
-    hosts = sorted({e["host"] for e in ranks})
+    hosts = sorted({e.host for e in ranks})
     notes = [
         f"{world} ranks (processes) on {len(hosts)} host(s): samples/s is the sum over the ranks; "
-        f"data_time and batch_time are rank {slow['rank']}'s, the slowest (its own work "
-        f"{fmt_ms(slow['work_time'])} per step)."
+        f"data_time and batch_time are rank {slow.rank}'s, the slowest (its own work "
+        f"{fmt_ms(slow.work_time)} per step)."
         if world > 1
         else "Trained in one process started by the strategy; its records came back from there."
     ]
-    missing = sorted(set(range(world)) - {e["rank"] for e in ranks})
+    missing = sorted(set(range(world)) - {e.rank for e in ranks})
     if missing:
         notes.append(
             f"Rank(s) {', '.join(map(str, missing))} sent no records: they ended before they "
@@ -393,12 +398,15 @@ class RankRecorder:
         if self.world_size == 1:
             return result
         if exception is not None:
-            result.ranks = [rank_entry(self.payload(result, exception))]
-            result.notes.append(
-                f"Training failed, so the ranks did not exchange their records: this result "
-                f"holds rank {self.rank}'s only."
+            return dataclasses.replace(
+                result,
+                ranks=[rank_entry(self.payload(result, exception))],
+                notes=[
+                    *result.notes,
+                    f"Training failed, so the ranks did not exchange their records: this result "
+                    f"holds rank {self.rank}'s only.",
+                ],
             )
-            return result
         import torch.distributed as dist
 
         gathered: list[Any] = [None] * self.world_size

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from statistics import fmean
@@ -24,8 +24,10 @@ from typing import Any
 
 import psutil
 
+from speedlab.measure.devices import memory_reserved
 from speedlab.measure.fork_pause import ForkPause
-from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch, torch_gpu_memory
+from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch
+from speedlab.results.system import SystemSummary
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -53,34 +55,6 @@ class SystemSample:
     # The thread that started the sampler (the one that trains), where the OS reports it
     train_thread_cpu_percent: float | None = None
     workers_rss_counted: bool = False  # a worker's whole RSS was added (see ``unique_bytes``)
-
-
-@dataclass(frozen=True)
-class SystemSummary:
-    """A run's system figures: CPU means are time-weighted over the sampled intervals."""
-
-    cores: int
-    samples: int
-    duration_s: float
-    cpu_percent: float
-    cpu_percent_per_core: list[float]
-    iowait_percent: float | None  # None where the OS does not report iowait
-    main_cpu_percent: float  # percent of one core, as in SystemSample
-    workers_cpu_percent: float
-    peak_workers: int
-    peak_rss_bytes: int  # each page once: the main process's RSS plus its workers' own pages
-    peak_shm_bytes: int | None
-    torch_threads: int | None
-    gpu_util_percent: float | None  # None without a GPU
-    gpu_mem_peak_bytes: int | None
-    train_thread_cpu_percent: float | None = None  # None where the OS does not report it
-    # Set where the workers' own pages could not be read and their whole RSS was added, so
-    # pages they share with the main process count more than once
-    memory_note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict."""
-        return asdict(self)
 
 
 class SystemSampler:
@@ -348,7 +322,7 @@ class _Reader:
             shm_used_bytes=_shm_used(),
             torch_threads=torch.get_num_threads() if torch is not None else None,
             gpu_util_percent=gpu_util,
-            gpu_mem_bytes=gpu_mem if gpu_mem is not None else torch_gpu_memory(torch),
+            gpu_mem_bytes=gpu_mem if gpu_mem is not None else memory_reserved(),
             workers_rss_counted=rss_counted,
         )
         # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.

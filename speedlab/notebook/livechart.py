@@ -215,11 +215,11 @@ def run_html(result: Any, label: str, *, timeline_png: str | None = None) -> str
     )
     if phases:
         parts.append(f"phases: {esc(phases)}")
-    system = result.system or {}
-    if system:
+    system = result.system
+    if system.sampled:
         parts.append(
-            f"CPU {system.get('cpu_percent', 0):.0f}% of the machine &middot; peak RSS "
-            f"{megabytes(system.get('peak_rss_bytes'))}"
+            f"CPU {system.cpu_percent or 0:.0f}% of the machine &middot; peak RSS "
+            f"{megabytes(system.peak_rss_bytes)}"
         )
     parts += [f"<small>note: {esc(n)}</small>" for n in result.notes]
     if result.error:

@@ -1,17 +1,26 @@
-"""IPython glue: ``%%profile_train`` and ``%speedlab``. The work happens in speedlab.run.sweep."""
+"""IPython glue: ``%%profile_train`` and ``%speedlab``.
+
+The magic parses its options into ``speedlab.profile_train``'s keyword arguments and goes the
+same way into a sweep (speedlab.notebook.entry); the work happens in speedlab.run.sweep.
+"""
 
 from __future__ import annotations
 
+from argparse import Namespace
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from speedlab.run.knobs import KNOBS, KnobError, explain, parse_list, parse_trainer_option
+from speedlab.results.knobs import KNOBS, KnobError, explain, parse_list, parse_trainer_option
 
-_SUBCOMMANDS = ("panel", "doctor", "history [N]", "explain KNOB", "system")
+_SUBCOMMANDS = ("panel", "doctor", "history [N]", "load SWEEP", "explain KNOB", "system")
 AUTOTUNE_BUDGET_S = 120.0
+
+#: Options that say how this front end shows or uses the result, not how the sweep runs; every
+#: other option is a keyword of ``speedlab.profile_train`` (``sweep_options``; a test checks it).
+FRONT_END_OPTIONS = ("output", "panel", "autotune")
 
 
 def _knob_arguments(func: Any) -> Any:
@@ -70,6 +79,12 @@ class SpeedlabMagics(Magics):
         given stays as the cell wrote it. Every Trainer the cell builds gets a SpeedProbe; every
         run is stored in the run history as it ends. The last result is ``speedlab.last``.
 
+        Each option is a keyword of ``speedlab.profile_train`` (``--batch-size 32,64`` is
+        ``batch_size=[32, 64]``, ``--no-live`` is ``live=False``), and the cell runs the same
+        way as that call would; ``-o``, ``--panel`` and ``--autotune`` say what this cell does
+        with it. ``%speedlab history`` gives each stored sweep's number and ``%speedlab load N``
+        shows it again.
+
         Example::
 
             In [1]: %load_ext speedlab
@@ -79,11 +94,8 @@ class SpeedlabMagics(Magics):
                ...: trainer = L.Trainer(max_epochs=1)
                ...: trainer.fit(model, data)
         """
-        from speedlab.notebook.live import choose_view
-        from speedlab.notebook.session import remember
-        from speedlab.run.autotuner import autotune, start_knobs
-        from speedlab.run.intercept import RunControls
-        from speedlab.run.sweep import plan_sweep, run_sweep, user_traceback
+        from speedlab.notebook.entry import plan, profile
+        from speedlab.run.sweep import user_traceback
 
         args = parse_argstring(self.profile_train, line)
         if not cell.strip():
@@ -91,23 +103,11 @@ class SpeedlabMagics(Magics):
                 "%%profile_train needs a cell that builds a Trainer and calls trainer.fit(...)."
             )
         try:
-            knobs = {
-                name: parse_list(name, getattr(args, name))
-                for name in KNOBS
-                if getattr(args, name) is not None
-            }
-            trainer = dict(parse_trainer_option(text) for text in args.trainer)
-            # --autotune starts from one configuration: a list of values is refused here.
-            start = (
-                start_knobs(knobs | {f"trainer.{k}": v for k, v in trainer.items()})
-                if args.autotune
-                else {}
-            )
-            controls = RunControls(steps=args.steps, time=args.time, warmup=args.warmup)
-            spec = plan_sweep(
-                knobs, trainer=trainer, controls=controls, repeat=args.repeat, name=args.name
-            )
-        except KnobError as err:
+            options = sweep_options(args)
+            live = options.pop("live")
+            spec = plan(**options)
+            start = _autotune_start(options) if args.autotune else {}
+        except KnobError as err:  # refused in one line, before anything runs
             raise UsageError(str(err)) from None
 
         shell = self.shell
@@ -124,22 +124,9 @@ class SpeedlabMagics(Magics):
         if args.panel:
             return _show_panel(train, spec)
         if args.autotune:
-            sweep = autotune(
-                train,
-                budget_s=AUTOTUNE_BUDGET_S,
-                steps=args.steps,
-                time=args.time,
-                start=start,
-                repeat=args.repeat,
-                warmup=args.warmup,
-                view=choose_view(not args.no_live),
-                name=args.name or "autotune",
-            )
+            sweep = _autotune(train, options, start, live=live)
         else:
-            sweep = run_sweep(
-                train, spec, view=choose_view(not args.no_live), source=cell, show_error=show_error
-            )
-        remember(sweep)
+            sweep = profile(train, live=live, source=cell, show_error=show_error, **options)
         if args.output:
             return sweep
         from IPython.display import display
@@ -149,7 +136,26 @@ class SpeedlabMagics(Magics):
 
     @line_magic
     def speedlab(self, line: str) -> Any:
-        """``%speedlab panel`` · ``doctor`` · ``history [N]`` · ``explain KNOB`` · ``system``."""
+        """``%speedlab panel`` · ``doctor`` · ``history [N]`` · ``load SWEEP`` · ``explain KNOB``
+        · ``system``.
+
+        - ``panel``: the widget panel for the last profiled cell.
+        - ``doctor``: the findings for the last sweep and the ``%%profile_train`` line to run
+          next.
+        - ``history [N]``: the last N stored runs (default 20); the sweep column is the number
+          that ``load`` takes.
+        - ``load SWEEP``: a stored sweep, shown as it was when it ran; it becomes
+          ``speedlab.last`` (so ``%speedlab doctor`` reads it). In Python: ``speedlab.load(SWEEP)``.
+        - ``explain KNOB``: what a knob does, when it helps and when it does not.
+        - ``system``: cores, RAM, /dev/shm, the CPU's features, GPU, torch and Lightning versions.
+
+        Example::
+
+            In [1]: %speedlab history 3
+            run  sweep  when              samples/s  ...
+
+            In [2]: %speedlab load 2
+        """
         command, _, rest = line.strip().partition(" ")
         rest = rest.strip()
         if command == "panel" and not rest:
@@ -170,8 +176,9 @@ class SpeedlabMagics(Magics):
             if rest and not rest.isdigit():
                 raise UsageError(f"%speedlab history {rest}: expected a number of runs, e.g. 20.")
             print(format_history(history(int(rest) if rest else 20)))
+        elif command == "load":
+            _show_stored(rest)
         elif command == "doctor" and not rest:
-            from speedlab.analysis.verdict import diagnose_sweep
             from speedlab.notebook.session import last
             from speedlab.run.next_step import next_experiment
 
@@ -179,7 +186,7 @@ class SpeedlabMagics(Magics):
                 raise UsageError(
                     "%speedlab doctor: nothing profiled yet. Run a %%profile_train cell first."
                 )
-            for finding in diagnose_sweep(last):
+            for finding in last.diagnosis:  # judged when the sweep was assembled
                 print(finding, end="\n\n")
             print("Try next:\n" + next_experiment(last))
         elif command == "system":
@@ -190,6 +197,79 @@ class SpeedlabMagics(Magics):
             raise UsageError(
                 f"%speedlab {line.strip()}: expected one of " + ", ".join(_SUBCOMMANDS) + "."
             )
+
+
+def _show_stored(text: str) -> None:
+    """``%speedlab load SWEEP``: display the stored sweep as ``%%profile_train`` displays its
+    result, and keep it as ``speedlab.last``."""
+    from IPython.display import display
+
+    from speedlab.notebook.session import remember
+    from speedlab.results.store import NotStored, StoreError
+    from speedlab.run.stored import load
+
+    if not text.isdigit():
+        given = f"%speedlab load {text}".rstrip()
+        raise UsageError(
+            f"{given}: expected a sweep's number, as the sweep column of %speedlab history "
+            "shows it (e.g. %speedlab load 3)."
+        )
+    try:
+        sweep = load(int(text))
+    except (NotStored, StoreError) as err:
+        raise UsageError(str(err)) from None
+    display(remember(sweep))
+
+
+def sweep_options(args: Namespace) -> dict[str, Any]:
+    """The parsed options of ``%%profile_train`` as ``speedlab.profile_train``'s keyword
+    arguments: each knob's list checked (``KnobError``), ``--trainer`` as a dict, ``--no-live``
+    as ``live``. ``FRONT_END_OPTIONS`` are left out; every other option has its keyword."""
+    options: dict[str, Any] = {}
+    for option, value in vars(args).items():
+        if option in FRONT_END_OPTIONS:
+            continue
+        if option in KNOBS:
+            if value is not None:
+                options[option] = parse_list(option, value)
+        elif option == "trainer":
+            options["trainer"] = dict(parse_trainer_option(text) for text in value)
+        elif option == "no_live":
+            options["live"] = not value
+        else:
+            options[option] = value
+    return options
+
+
+def _autotune_start(options: dict[str, Any]) -> dict[str, Any]:
+    """The configuration ``--autotune`` starts from: the knob values given, one each (a list of
+    values is refused with a ``KnobError``)."""
+    from speedlab.run.autotuner import start_knobs
+
+    given = {name: options[name] for name in KNOBS if name in options}
+    trainer = {f"trainer.{k}": v for k, v in options["trainer"].items()}
+    return start_knobs(given | trainer)
+
+
+def _autotune(train: Any, options: dict[str, Any], start: dict[str, Any], *, live: bool) -> Any:
+    """``--autotune``: the doctor's search from ``start``, within AUTOTUNE_BUDGET_S."""
+    from speedlab.notebook.live import choose_view
+    from speedlab.notebook.session import remember
+    from speedlab.run.autotuner import autotune
+
+    return remember(
+        autotune(
+            train,
+            budget_s=AUTOTUNE_BUDGET_S,
+            steps=options["steps"],
+            time=options["time"],
+            start=start,
+            repeat=options["repeat"],
+            warmup=options["warmup"],
+            view=choose_view(live),
+            name=options["name"] or "autotune",
+        )
+    )
 
 
 def _show_panel(train: Any, spec: Any) -> None:

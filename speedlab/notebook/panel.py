@@ -3,12 +3,12 @@
 Why training runs in a background thread: a notebook kernel handles widget messages (a click
 on Stop, a changed dropdown) only between cells. If Run trained in the kernel's main thread,
 the cell would stay busy until the run ended and Stop could never arrive. So Run starts a
-``speedlab-panel`` thread that calls the ordinary ``run_sweep`` with one combination; the main
-thread stays idle and answers clicks and other cells at once. Stop asks the running Trainer to
-end after the current step (``trainer.should_stop``), skips the remaining validation, and the
-run ends the usual way: its partial result is kept, its workers are shut down and reaped. A
-subprocess would isolate more but would have to re-run the cell's imports and data set-up on
-every click, and could not train the objects the notebook already holds.
+``speedlab-panel`` thread that runs one combination the way ``profile_train`` and the magic run
+theirs (speedlab.notebook.entry); the main thread stays idle and answers clicks and other cells
+at once. Stop asks the running Trainer to end after the current step (``trainer.should_stop``),
+skips the remaining validation, and the run ends the usual way: its partial result is kept, its
+workers are shut down and reaped. A subprocess would isolate more but would have to re-run the
+cell's imports and data set-up on every click, and could not train the objects it holds.
 
 While a panel run trains, Trainers built in other cells are measured as part of it (the knobs
 patch the Trainer class for the duration of a run): wait for the run to end before training
@@ -30,21 +30,23 @@ import statistics
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 
+from speedlab.analysis.compare import compare
 from speedlab.analysis.findings import unique_findings
 from speedlab.notebook import session
 from speedlab.notebook.capture import ThreadOutput, current_request
 from speedlab.notebook.live import NotebookView
+from speedlab.notebook.tables import verdict_text
+from speedlab.results.knobs import KNOBS, KnobError, Knobs, explain
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import Table, fmt
 from speedlab.run.intercept import RunControls
-from speedlab.run.knobs import KNOBS, KnobError, Knobs, explain
 
 AS_WRITTEN = "as written"
 #: Values offered for knobs that take numbers or names (the others list their own choices).
@@ -131,11 +133,6 @@ class _PanelView(NotebookView):
         if self.stop_requested:
             self._stop_session()
         super()._tick(force)
-
-    def end_run(self, result: Any) -> None:
-        if self.stop_requested:
-            result.notes.append(f"Stopped from the panel after {result.steps} steps.")
-        super().end_run(result)
 
     def end_sweep(self, sweep: Any) -> None:
         """The panel's table shows the comparison."""
@@ -319,15 +316,17 @@ class Panel:
         return not self.running
 
     def _train(self, knobs: Knobs, baseline: bool, view: _PanelView) -> None:
-        from speedlab.run.sweep import SweepSpec, run_sweep
+        from speedlab.notebook.entry import one_run, profile
 
         try:
-            spec = SweepSpec([knobs], self.run_controls(), name=self.name or "panel")
+            plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
             with self.library.capture():
-                sweep = run_sweep(
-                    self.train_fn, spec, view=view, store=self.store, show_error=self._show_error
+                sweep = profile(
+                    self.train_fn, view=view, store=self.store, show_error=self._show_error, **plan
                 )
-            self.runs += [PanelRun(r, baseline, view.stop_requested) for r in sweep.runs]
+            self.runs += [
+                PanelRun(self._judged(r), baseline, view.stop_requested) for r in sweep.runs
+            ]
             # The sweep's findings hold its best run's own: each is shown once.
             self.findings = unique_findings(
                 [*sweep.diagnosis, *(f for r in sweep.runs for f in r.diagnosis)]
@@ -366,27 +365,27 @@ class Panel:
 
     @property
     def sweep(self) -> SweepResult | None:
-        """All runs made in this panel, the first being the baseline."""
+        """All runs made in this panel, the first being the baseline, each judged against it
+        when it ended."""
         return SweepResult([r.result for r in self.runs], name=self.name) if self.runs else None
 
-    def reference_rate(self) -> float:
-        """The baseline's samples/s: the median over its repeats."""
-        rates = [r.result.samples_per_s for r in self.runs if r.baseline and r.result.steps]
-        rates = [x for x in rates if math.isfinite(x)]
-        return statistics.median(rates) if rates else math.nan
+    def _judged(self, result: RunResult) -> RunResult:
+        """``result`` with its comparison with the panel's baseline (the first run), judged
+        once as it ends, as a sweep judges its runs."""
+        base = self.runs[0].result if self.runs else result
+        return replace(result, comparison=compare(base, result))
 
     def results_table(self) -> Table | None:
-        """One row per run: its speedup over the baseline and its noise; None before a run."""
+        """One row per run: its speedup over the baseline, the verdict as the magic's table
+        gives it, and its noise; None before a run."""
         if not self.runs:
             return None
-        reference = self.reference_rate()
         first = self.runs[0].result
         rows = []
         for i, row in enumerate(self.runs, 1):
             r = row.result
             spread = r.throughput_summary
             noise = spread.iqr / 2 / spread.median if spread.median > 0 else math.nan
-            speedup = r.samples_per_s / reference if reference > 0 else math.nan
             status = f"error: {r.error}" if r.error else "stopped" if row.stopped else "ok"
             label = "baseline" if row.baseline else r.label(first)
             rows.append(
@@ -394,7 +393,8 @@ class Panel:
                     str(i),
                     label + (" (repeat)" if row.baseline and i > 1 else ""),
                     fmt(r.samples_per_s, ",.1f"),
-                    fmt(speedup, ".2f", suffix="x"),
+                    fmt(r.speedup, ".2f", suffix="x"),
+                    verdict_text(r, first),
                     f"±{noise:.1%}" if math.isfinite(noise) else "-",
                     fmt(r.data_time, ".2f", scale=1e3),
                     fmt(r.batch_time, ".2f", scale=1e3),
@@ -403,8 +403,9 @@ class Panel:
                     status,
                 ]
             )
-        columns = ["#", "run", "samples/s", "speedup", "noise", "data_time ms", "batch_time ms"]
-        return Table([*columns, "data share", "steps", "status"], rows)
+        columns = ["#", "run", "samples/s", "speedup", "vs baseline", "noise"]
+        columns += ["data_time ms", "batch_time ms", "data share", "steps", "status"]
+        return Table(columns, rows)
 
     def table_html(self) -> str:
         """The results table and how to read its noise."""

@@ -1,12 +1,11 @@
 """A run's report in words: its figures, phases, system use, ranks and notes.
 
-``RunResult.report()`` (and so the result's display) hands over to ``run_report``, which adds
-the findings that only several ranks show.
+``RunResult.report()`` (and so the result's display) hands over to ``run_report``; with several
+ranks it adds the rank table and the run's findings, which say what only ranks show.
 """
 
 from __future__ import annotations
 
-from speedlab.analysis.ranks import rank_findings
 from speedlab.notebook.tables import rank_table
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt
@@ -24,13 +23,13 @@ def run_report(run: RunResult) -> str:
         f"data share    {fmt(run.data_share, '.0%')}",
         "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in run.phases.items() if v > 0),
     ]
-    if run.system:
+    if run.system.sampled:
         lines.append(
-            f"CPU           {fmt(run.system.get('cpu_percent'), '.0f')}% of the machine, "
-            f"peak RSS {fmt(run.system.get('peak_rss_bytes'), '.0f', scale=1e-6)} MB "
+            f"CPU           {fmt(run.system.cpu_percent, '.0f')}% of the machine, "
+            f"peak RSS {fmt(run.system.peak_rss_bytes, '.0f', scale=1e-6)} MB "
             "(resident memory of the run's processes, each page once)"
         )
-        if note := run.system.get("memory_note"):
+        if note := run.system.memory_note:
             lines.append(f"note: {note}")
     if run.final_loss is not None:
         lines.append(f"final loss    {run.final_loss:.4f}")
@@ -38,7 +37,7 @@ def run_report(run: RunResult) -> str:
         lines.append(str(rank_table(run)))
     lines += [f"note: {n}" for n in run.notes]
     if run.ranks:
-        lines += [str(f) for f in rank_findings(run)]
+        lines += [str(f) for f in run.diagnosis]
     if run.error:
         lines.append(f"error: {run.error}")
     return "\n".join(lines)

@@ -1,19 +1,44 @@
-"""Result objects: one RunResult per training run, a SweepResult for a comparison of runs.
+"""Result objects: one RunResult per training run, with its ranks' records.
 
 Headline figures are derived from the per-step records, steady-state steps only, so a stored
-result re-read from the run store gives the same figures as the live one.
+result re-read from the run store gives the same figures as the live one. A result is built
+once, from what the fit measured, the knobs and the analysis (speedlab.run.sweep), and is not
+changed after: ``dataclasses.replace`` makes a new one where a later step adds to it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
+from speedlab.results.codec import coerce, fields_to_plain, from_plain
+from speedlab.results.comparison import Comparison
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import Knobs
 from speedlab.results.stats import Summary, summarize
+from speedlab.results.system import SystemSummary
 from speedlab.results.table import fmt
 
-PHASES = ("setup", "preload", "compile", "epoch_start", "warmup", "steady", "validation")
+
+class Phase(str, Enum):
+    """The phase of a training step; figures are read from the ``steady`` steps."""
+
+    setup = "setup"
+    preload = "preload"
+    compile = "compile"
+    epoch_start = "epoch_start"
+    warmup = "warmup"
+    steady = "steady"
+    validation = "validation"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PHASES = tuple(phase.value for phase in Phase)
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
 DEVICE_RECORD_KEYS = ("host_data_time", "copy_time")
 """Records of a run on an asynchronous device only (see ``RunResult``)."""
@@ -32,9 +57,47 @@ def empty_records() -> dict[str, list]:
     return {key: [] for key in RECORD_KEYS}
 
 
-@dataclass
+@dataclass(frozen=True)
+class RankRecord:
+    """One rank of a multi-process run: its own medians and step records.
+
+    ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
+    would take if no rank waited for another. ``sync_time`` is the gradient synchronisation
+    per step, where a communication hook timed it.
+    """
+
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    steps: int = 0
+    samples: int = 0
+    samples_per_s: float | None = None
+    data_time: float | None = None
+    batch_time: float | None = None
+    sync_time: float | None = None
+    work_time: float | None = None
+    data_share: float | None = None
+    error: str | None = None
+    system: SystemSummary = field(default_factory=SystemSummary)
+    records: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return fields_to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankRecord:
+        return from_plain(cls, data)
+
+
+@dataclass(frozen=True)
 class RunResult:
-    """What one training run measured.
+    """What one training run measured, and what it was judged.
+
+    ``knobs`` are the settings asked for; ``ran_otherwise`` holds the knobs that ran with
+    another value (the loader's real worker count, the precision Lightning used, a compile
+    that compiled nothing...), so ``ran``, the knobs in force, is ``knobs`` with those values:
+    labels, comparisons and the doctor read ``ran``. ``fit`` numbers the fits of a cell that
+    made several.
 
     ``records`` holds one entry per training step in parallel lists: ``t`` (seconds since the
     fit started, when the step began waiting for its batch), ``data_time``, ``batch_time``,
@@ -44,15 +107,22 @@ class RunResult:
     device's own timeline: data_time is the time the device sat idle for want of input,
     ``copy_time`` the host-to-device copy's part of it, and ``host_data_time`` the host's wait
     for the loader, which the device's work may hide. ``records["pipeline"]``, when present,
-    holds the DataLoader workers' batch timestamps (``worker``, ``start``, ``end``, ``taken``; see speedlab.measure.pipeline).
-    ``host_syncs``, on a GPU, counts the synchronizing CUDA operations of a few warm-up steps
-    per source line (``{"steps": n, "lines": [{"file", "line", "count"}]}``; speedlab.measure.syncs).
+    holds the DataLoader workers' batch timestamps (``worker``, ``start``, ``end``, ``taken``;
+    see speedlab.measure.pipeline). ``host_syncs``, on a GPU, counts the synchronizing CUDA
+    operations of a few warm-up steps per source line (``{"steps": n, "lines": [{"file",
+    "line", "count"}]}``; speedlab.measure.syncs).
+
+    ``comparison`` is the run's comparison with its sweep's baseline and ``break_even`` the
+    steps after which each up-front knob (compile, preload) pays back (None: never), both
+    judged once when the sweep was assembled.
     """
 
-    knobs: dict[str, Any] = field(default_factory=dict)
+    knobs: Knobs = field(default_factory=Knobs)
+    ran_otherwise: dict[str, Any] = field(default_factory=dict)
+    fit: int | None = None
     records: dict[str, list] = field(default_factory=empty_records)
     phases: dict[str, float] = field(default_factory=dict)
-    system: dict[str, Any] = field(default_factory=dict)
+    system: SystemSummary = field(default_factory=SystemSummary)
     final_loss: float | None = None
     losses: list[tuple[int, float]] = field(default_factory=list)
     error: str | None = None
@@ -60,11 +130,26 @@ class RunResult:
     wall_time: float = 0.0
     device: str = "cpu"
     workload: dict[str, Any] = field(default_factory=dict)
-    speedup: float | None = None
-    diagnosis: list[Any] = field(default_factory=list)
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    diagnosis: list[Finding] = field(default_factory=list)
+    ranks: list[RankRecord] = field(default_factory=list)
     replicates: list[RunResult] = field(default_factory=list)
     host_syncs: dict[str, Any] = field(default_factory=dict)
+    comparison: Comparison | None = None
+    break_even: dict[str, float | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        coerce(self)
+
+    @property
+    def ran(self) -> Knobs:
+        """The knobs in force: those asked for, with the values of the ones that ran otherwise."""
+        return replace(self.knobs, **self.ran_otherwise) if self.ran_otherwise else self.knobs
+
+    @property
+    def speedup(self) -> float | None:
+        """samples/s over the baseline's, as judged when the sweep was assembled."""
+        speedup = self.comparison.speedup if self.comparison is not None else math.nan
+        return speedup if math.isfinite(speedup) else None
 
     @property
     def steps(self) -> int:
@@ -162,11 +247,11 @@ class RunResult:
         return self.steps - len(self._steady()) + measurements * max(1, self.loader_workers())
 
     def loader_workers(self) -> int:
-        """DataLoader workers of the run: the knob when set, else the training loaders'
-        ``num_workers`` as the probe saw them. Results stored before the probe recorded it fall
-        back to the workers that stamped batches, then to busy child processes (which a
-        torch.compile run's compile workers would also count)."""
-        workers = self.knobs.get("workers")
+        """DataLoader workers the run loaded with: the training loaders' ``num_workers`` as
+        the probe saw them. Results stored before the probe recorded it fall back to the
+        workers that stamped batches, then to busy child processes (which a torch.compile
+        run's compile workers would also count)."""
+        workers = self.ran.get("workers")
         if isinstance(workers, int):
             return workers
         if "loader_workers" in self.workload:
@@ -174,20 +259,32 @@ class RunResult:
         stamps = self.records.get("pipeline")
         if stamps is not None:
             return len(set(stamps.get("worker", [])))
-        busy = self.system.get("workers_cpu_percent", 0.0) >= WORKERS_CPU_MIN_PERCENT
-        return int(self.system.get("peak_workers") or 0) if busy else 0
+        busy = (self.system.workers_cpu_percent or 0.0) >= WORKERS_CPU_MIN_PERCENT
+        return self.system.peak_workers if busy else 0
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    def settings(self) -> dict[str, Any]:
+        """The knobs asked for, with the fit's number in a cell that made several."""
+        return self.knobs.as_dict() | ({"fit": self.fit} if self.fit is not None else {})
+
     def label(self, baseline: RunResult | None = None) -> str:
-        """The knobs that differ from the baseline, as ``workers=2 preload=ram``."""
-        base = baseline.knobs if baseline is not None else {}
-        changed = {k: v for k, v in self.knobs.items() if base.get(k) != v}
+        """The knobs that differ from the baseline, as ``workers=2 preload=ram``; a knob that
+        ran otherwise than asked says so: ``workers=2 (ran 0)``."""
+        base = baseline.settings() if baseline is not None else {}
+        changed = {k: v for k, v in self.settings().items() if base.get(k) != v}
         if baseline is self or (baseline is not None and not changed):
             return "baseline"
-        return " ".join(f"{k}={v}" for k, v in changed.items()) or "run"
+        otherwise = self.ran_otherwise
+        return (
+            " ".join(
+                f"{k}={_shown(v)}" + (f" (ran {_shown(otherwise[k])})" if k in otherwise else "")
+                for k, v in changed.items()
+            )
+            or "run"
+        )
 
     def summary_line(self) -> str:
         if self.error and not self.steps:
@@ -217,8 +314,10 @@ class RunResult:
         return timeline_figure(self, **kwargs)
 
     def to_dict(self, *, records: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "knobs": self.knobs,
+        """Every field as plain data, with the headline figures beside them (for the run
+        store's columns and readers of the JSON); without the step records if not ``records``."""
+        out = fields_to_plain(self)
+        out |= {
             "steps": self.steps,
             "samples": self.samples,
             "samples_per_s": _finite(self.samples_per_s),
@@ -230,46 +329,28 @@ class RunResult:
             "data_time_p90": _finite(self.data_summary.p90),
             "batch_time_p10": _finite(self.batch_summary.p10),
             "batch_time_p90": _finite(self.batch_summary.p90),
-            "phases": self.phases,
-            "system": self.system,
-            "final_loss": self.final_loss,
-            "losses": self.losses,
-            "error": self.error,
-            "notes": self.notes,
-            "wall_time": self.wall_time,
-            "device": self.device,
-            "workload": self.workload,
             "speedup": self.speedup,
-            "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
-            "ranks": self.ranks,
-            "replicates": [r.to_dict(records=records) for r in self.replicates],
-            "host_syncs": self.host_syncs,
         }
-        if records:
-            out["records"] = self.records
+        if not records:
+            del out["records"]
+            out["replicates"] = [r.to_dict(records=False) for r in self.replicates]
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        """Rebuild a result from ``to_dict()`` output (figures are re-derived from records)."""
-        return cls(
-            knobs=dict(data.get("knobs", {})),
-            records=_records_from_dict(data.get("records", {})),
-            phases=dict(data.get("phases", {})),
-            system=dict(data.get("system", {})),
-            final_loss=data.get("final_loss"),
-            losses=[tuple(x) for x in data.get("losses", [])],
-            error=data.get("error"),
-            notes=list(data.get("notes", [])),
-            wall_time=data.get("wall_time", 0.0),
-            device=data.get("device", "cpu"),
-            workload=dict(data.get("workload", {})),
-            speedup=data.get("speedup"),
-            diagnosis=list(data.get("diagnosis", [])),
-            ranks=list(data.get("ranks", [])),
-            replicates=[cls.from_dict(r) for r in data.get("replicates", [])],
-            host_syncs=dict(data.get("host_syncs", {})),
-        )
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        """Rebuild a result from ``to_dict()`` output (figures are re-derived from records).
+
+        Results stored by earlier versions kept a multi-fit cell's fit number among the knobs."""
+        knobs = dict(data.get("knobs") or {})
+        fit = knobs.pop("fit", None)
+        data = {**data, "knobs": knobs, "fit": data.get("fit", fit)}
+        data["records"] = _records_from_dict(data.get("records") or {})
+        return from_plain(cls, data)
+
+
+def _shown(value: Any) -> str:
+    """A knob value as labels show it: ``on``/``off`` for a switch."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:

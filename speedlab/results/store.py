@@ -1,8 +1,10 @@
 """The run history: every sweep and run, kept in an SQLite file as JSON text and numbers.
 
-Runs are written as each one ends, so a crash or a kernel restart loses nothing measured.
-Nothing stored is ever unpickled or executed. A file that is not a speedlab store (another
-application's database, random bytes) is refused and left exactly as it was.
+Runs are written as each one ends, so a crash or a kernel restart loses nothing measured; when
+a sweep ends, its whole result (runs, verdicts, findings, notes) is kept beside them, so it can
+be shown again exactly as it was. Nothing stored is ever unpickled or executed. A file that is
+not a speedlab store (another application's database, random bytes) is refused and left exactly
+as it was; a store from an earlier speedlab is brought up to this schema in place.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from speedlab.results.table import Table, fmt
 
 ENV_VAR = "SPEEDLAB_STORE"
 APPLICATION_ID = int.from_bytes(b"SPDL", "big")  # PRAGMA application_id marking our files
-SCHEMA_VERSION = 1  # PRAGMA user_version
+SCHEMA_VERSION = 2  # PRAGMA user_version
+# How to bring a store of an earlier schema up to the next one, in the same transaction that
+# checks its version; each step only adds. Schema 2: the sweep's whole result when it ends.
+MIGRATIONS = {
+    1: ("ALTER TABLE sweeps ADD COLUMN result_json TEXT",),
+}
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another process's write to finish
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -45,7 +52,8 @@ CREATE TABLE sweeps (
     created TEXT NOT NULL,
     name TEXT,
     cell_hash TEXT,
-    env_json TEXT NOT NULL
+    env_json TEXT NOT NULL,
+    result_json TEXT
 );
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY,
@@ -76,6 +84,14 @@ class StoreError(Exception):
     """The run store file cannot be used; the message names the file and what to do."""
 
 
+class NotStored(KeyError):
+    """A sweep or run id the store does not hold; the message (one line) names the id and the
+    store. A KeyError, so ``except KeyError`` catches it, that prints without quotes."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def default_store_path() -> Path:
     """`$SPEEDLAB_STORE` if set, else `.speedlab/runs.sqlite` in the current folder."""
     env = os.environ.get(ENV_VAR)
@@ -93,7 +109,8 @@ class RunStore:
 
         with RunStore() as store:
             sweep = store.new_sweep(name="workers", cell_hash=None, env=system_info())
-            store.add_run(sweep, 0, run_result.to_dict())
+            store.add_run(sweep, 0, run_result.to_dict())  # as each run ends
+            store.finish_sweep(sweep, sweep_result.to_dict())  # when the sweep ends
             print(format_history(store.history(10)))
     """
 
@@ -115,9 +132,11 @@ class RunStore:
             raise
 
     def _init_schema(self) -> None:
-        """Create the schema in an empty file, or check that the file is ours; never alter others.
+        """Create the schema in an empty file, or check that the file is ours (bringing a store
+        of an earlier schema up to this one); never alter others.
 
-        The check runs under the write lock, so two processes creating the store at once agree.
+        The check runs under the write lock, so two processes creating or updating the store at
+        once agree.
         """
         try:
             with self._transaction() as conn:
@@ -134,14 +153,40 @@ class RunStore:
                         f"is another application's SQLite database (application_id {app_id}, "
                         f"{tables} schema objects)",
                     )
+                elif version > SCHEMA_VERSION:
+                    raise _error(
+                        self.path,
+                        f"has run store schema {version}, newer than schema {SCHEMA_VERSION} "
+                        "that this speedlab reads (a newer speedlab wrote it)",
+                    )
+                elif version in MIGRATIONS:
+                    self._migrate(conn, version)
                 elif version != SCHEMA_VERSION:
                     raise _error(
                         self.path,
-                        f"has run store schema {version}, this speedlab reads schema "
-                        f"{SCHEMA_VERSION} (a different speedlab version wrote it)",
+                        f"has run store schema {version}, which this speedlab cannot read (it "
+                        f"reads schema {min(MIGRATIONS)} to {SCHEMA_VERSION})",
                     )
         except sqlite3.DatabaseError as exc:
             raise _error(self.path, f"is a damaged SQLite database ({exc})") from exc
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Bring a store of an earlier schema up to this one, inside the caller's transaction;
+        one that cannot be changed (a read-only file) is refused in one line."""
+        try:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement)
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise _error(
+                self.path,
+                f"has run store schema {version} and could not be brought up to schema "
+                f"{SCHEMA_VERSION}, which this speedlab reads ({exc})",
+            ) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -186,6 +231,48 @@ class RunStore:
             )
         return _rowid(cursor)
 
+    def finish_sweep(self, sweep_id: int, sweep: dict[str, Any]) -> None:
+        """Keep the sweep's whole result (a SweepResult's ``to_dict()``) when it has ended.
+
+        Its runs were stored one by one as each ended; this is what ``load`` shows again.
+        """
+        text = json.dumps(sweep)
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "UPDATE sweeps SET result_json = ? WHERE id = ?", (text, sweep_id)
+            )
+        if cursor.rowcount == 0:
+            raise self._no_sweep(sweep_id)
+
+    def sweep(self, sweep_id: int) -> dict[str, Any]:
+        """One sweep as ``sweeps()`` lists it, with ``result``: the dict ``finish_sweep`` kept,
+        or None for a sweep that never finished (a crash, an interrupted kernel, an earlier
+        speedlab); its runs are then in ``sweep_runs``."""
+        row = self._conn.execute(
+            "SELECT sweeps.id, sweeps.created, sweeps.name, sweeps.cell_hash, sweeps.env_json,"
+            " (SELECT count(*) FROM runs WHERE runs.sweep_id = sweeps.id), sweeps.result_json"
+            " FROM sweeps WHERE sweeps.id = ?",
+            (sweep_id,),
+        ).fetchone()
+        if row is None:
+            raise self._no_sweep(sweep_id)
+        entry = _sweep_entry(row[:-1])
+        entry["result"] = json.loads(row[-1]) if row[-1] is not None else None
+        return entry
+
+    def sweep_runs(self, sweep_id: int) -> list[dict[str, Any]]:
+        """The full dicts of a sweep's stored runs, in the order they ran."""
+        self.sweep(sweep_id)  # an unknown id is an error, not an empty sweep
+        rows = self._conn.execute(
+            "SELECT result_json FROM runs WHERE sweep_id = ? ORDER BY position, id", (sweep_id,)
+        ).fetchall()
+        return [json.loads(text) for (text,) in rows]
+
+    def _no_sweep(self, sweep_id: int) -> NotStored:
+        last = self._conn.execute("SELECT max(id) FROM sweeps").fetchone()[0]
+        held = f"its sweeps are numbered 1 to {last}" if last else "it holds no sweeps yet"
+        return NotStored(f"no sweep {sweep_id} in the run store {self.path} ({held})")
+
     def history(self, n: int | None = None) -> list[dict[str, Any]]:
         """The last `n` runs (all if None), newest first, with their sweep's name and cell."""
         rows = self._conn.execute(
@@ -208,28 +295,20 @@ class RunStore:
         """The full dict stored for a run."""
         row = self._conn.execute("SELECT result_json FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise KeyError(f"no run {run_id} in the run store {self.path}")
+            raise NotStored(f"no run {run_id} in the run store {self.path}")
         return json.loads(row[0])
 
     def sweeps(self, n: int | None = None) -> list[dict[str, Any]]:
-        """The last `n` sweeps (all if None), newest first, with their number of runs."""
+        """The last `n` sweeps (all if None), newest first, with their number of runs and
+        whether they finished (their whole result is kept)."""
         rows = self._conn.execute(
             "SELECT sweeps.id, sweeps.created, sweeps.name, sweeps.cell_hash, sweeps.env_json,"
-            " (SELECT count(*) FROM runs WHERE runs.sweep_id = sweeps.id)"
+            " (SELECT count(*) FROM runs WHERE runs.sweep_id = sweeps.id),"
+            " sweeps.result_json IS NOT NULL"
             " FROM sweeps ORDER BY sweeps.id DESC LIMIT ?",
             (_limit(n),),
         ).fetchall()
-        return [
-            {
-                "sweep_id": sweep_id,
-                "created": created,
-                "name": name,
-                "cell_hash": cell_hash,
-                "env": json.loads(env_json),
-                "runs": runs,
-            }
-            for sweep_id, created, name, cell_hash, env_json, runs in rows
-        ]
+        return [_sweep_entry(row[:-1]) | {"finished": bool(row[-1])} for row in rows]
 
     def close(self) -> None:
         """Close the connection. Safe to call twice."""
@@ -240,6 +319,18 @@ class RunStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _sweep_entry(row: tuple[Any, ...]) -> dict[str, Any]:
+    sweep_id, created, name, cell_hash, env_json, runs = row
+    return {
+        "sweep_id": sweep_id,
+        "created": created,
+        "name": name,
+        "cell_hash": cell_hash,
+        "env": json.loads(env_json),
+        "runs": runs,
+    }
 
 
 def _refuse_non_sqlite(path: Path) -> None:
@@ -294,10 +385,34 @@ def history(n: int | None = None, path: str | Path | None = None) -> list[dict[s
         return store.history(n)
 
 
+def stored_sweep(sweep_id: int, path: str | Path | None = None) -> dict[str, Any]:
+    """Sweep ``sweep_id`` as ``RunStore.sweep`` gives it, with the store's ``path`` and
+    ``run_dicts``: its stored runs in order when it has no ``result`` (it never finished), else
+    [].
+
+    Raises ``NotStored`` for an id the store does not hold and for a sweep that left nothing to
+    show (it never finished and no run of it ended). Reading never creates a store file.
+    """
+    path = Path(path).expanduser() if path is not None else default_store_path()
+    if not path.exists():
+        raise NotStored(f"no sweep {sweep_id}: there is no run store at {path} yet")
+    with RunStore(path) as store:
+        entry = store.sweep(sweep_id) | {"path": str(path)}
+        entry["run_dicts"] = store.sweep_runs(sweep_id) if entry["result"] is None else []
+    if entry["result"] is None and not entry["run_dicts"]:
+        raise NotStored(
+            f"sweep {sweep_id} in the run store {path} has nothing to show: it ended before "
+            "its first run did"
+        )
+    return entry
+
+
 def history_table(rows: list[dict[str, Any]]) -> Table:
-    """`RunStore.history()` rows as a Table (aligned text, HTML in a notebook, CSV)."""
+    """`RunStore.history()` rows as a Table (aligned text, HTML in a notebook, CSV). The sweep
+    column is the id that ``speedlab.load`` (``%speedlab load``, ``speedlab load``) takes."""
     columns = [
         "run",
+        "sweep",
         "when",
         "samples/s",
         "speedup",
@@ -305,7 +420,7 @@ def history_table(rows: list[dict[str, Any]]) -> Table:
         "batch_time ms",
         "data share",
         "final loss",
-        "sweep",
+        "name",
         "knobs",
         "error",
     ]
@@ -314,6 +429,7 @@ def history_table(rows: list[dict[str, Any]]) -> Table:
         [
             [
                 str(row["run_id"]),
+                str(row["sweep_id"]),
                 (row["created"] or "")[:16].replace("T", " "),
                 fmt(row["samples_per_s"], ".1f"),
                 fmt(row["speedup"], ".2f", suffix="x"),
@@ -321,7 +437,7 @@ def history_table(rows: list[dict[str, Any]]) -> Table:
                 fmt(row["batch_time"], ".2f", scale=1e3),
                 fmt(row["data_share"], ".0%"),
                 fmt(row["final_loss"], ".4g"),
-                row["sweep"] or f"#{row['sweep_id']}",
+                row["sweep"] or "",
                 " ".join(f"{k}={v}" for k, v in row["knobs"].items()) or "as written",
                 _first_line(row["error"]),
             ]

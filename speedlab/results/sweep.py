@@ -1,7 +1,7 @@
-"""The runs of one sweep, compared with the first: speedups, the best run, exports.
+"""The runs of one sweep, compared with the first: the best run, exports, the stored form.
 
-A sweep shows itself by handing over to the views: its table (speedlab.notebook.tables, where
-each speedup is judged against the noise) and its chart (speedlab.notebook.plots).
+A sweep shows itself by handing over to the views: its table (speedlab.notebook.tables, which
+formats each run's stored comparison with the baseline) and its chart (speedlab.notebook.plots).
 """
 
 from __future__ import annotations
@@ -9,34 +9,35 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speedlab.results.codec import coerce
+from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import Table
 
+FORMAT = 2
+"""The version of ``SweepResult.to_dict()``'s layout (1: before runs kept their judgement)."""
 
-@dataclass
+
+@dataclass(frozen=True)
 class SweepResult:
-    """The runs of one ``%%profile_train`` cell or ``profile_train`` call; the first is the baseline."""
+    """The runs of one ``%%profile_train`` cell or ``profile_train`` call; the first is the
+    baseline. Assembled and judged once (speedlab.analysis.verdict.judge_sweep): each run keeps
+    its comparison with the baseline, the sweep its findings, and every view formats those."""
 
     runs: list[RunResult]
     name: str | None = None
-    diagnosis: list[Any] = field(default_factory=list)
+    diagnosis: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     chosen: RunResult | None = None
     """The run a search settled on (autotune's best), which ``best`` returns when set."""
 
     def __post_init__(self) -> None:
-        self.update_speedups()
-
-    def update_speedups(self) -> None:
-        """Set each run's speedup: its samples/s over the baseline's."""
-        base = self.baseline.samples_per_s if self.runs else math.nan
-        for run in self.runs:
-            ok = math.isfinite(run.samples_per_s) and math.isfinite(base) and base > 0
-            run.speedup = run.samples_per_s / base if ok else None
+        coerce(self)
 
     @property
     def baseline(self) -> RunResult:
@@ -66,16 +67,45 @@ class SweepResult:
         return sweep_figure(self)
 
     def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+        """The whole sweep as plain data: ``from_dict`` gives it back as it was."""
+        index = {id(run): i for i, run in enumerate(self.runs)}
+        best = self.best
         return {
+            "format": FORMAT,
             "name": self.name,
             "runs": [r.to_dict(records=records) for r in self.runs],
-            "best": next((i for i, r in enumerate(self.runs) if r is self.best), None),
-            "diagnosis": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.diagnosis],
-            "notes": self.notes,
+            "best": index.get(id(best)) if best is not None else None,
+            "chosen": index.get(id(self.chosen)) if self.chosen is not None else None,
+            "diagnosis": [f.to_dict() for f in self.diagnosis],
+            "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
+        """A sweep from ``to_dict()`` output; one line naming the format where it is not one
+        this speedlab reads."""
+        version = data.get("format")
+        if version != FORMAT:
+            raise ValueError(
+                f"A stored sweep of format {version!r}: this speedlab reads format {FORMAT} "
+                "(another speedlab version wrote it)."
+            )
+        runs = [RunResult.from_dict(r) for r in data["runs"]]
+        chosen = data.get("chosen")
+        return cls(
+            runs,
+            name=data.get("name"),
+            diagnosis=[Finding.from_dict(f) for f in data.get("diagnosis", [])],
+            notes=list(data.get("notes", [])),
+            chosen=runs[chosen] if chosen is not None else None,
+        )
 
     def to_json(self, *, records: bool = True, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(records=records), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> SweepResult:
+        return cls.from_dict(json.loads(text))
 
     def to_csv(self, path: str | Path) -> Path:
         return self.table().to_csv(path)

@@ -14,19 +14,21 @@ given, as usual.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from speedlab.analysis.compare import MIN_EFFECT, Comparison, compare
+from speedlab.analysis.compare import MIN_EFFECT, compare
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.findings import Finding
 from speedlab.analysis.payback import UP_FRONT, pays_back
-from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.analysis.verdict import judge_sweep
+from speedlab.results.comparison import Comparison
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import KnobError, as_list, option_name
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.run.intercept import RunControls
-from speedlab.run.knobs import KnobError, as_list
 from speedlab.run.next_step import current_value, next_step
 from speedlab.run.sweep import merge_replicates, plan_sweep, run_sweep
 from speedlab.run.watch import LiveView
@@ -77,14 +79,13 @@ class _Search:
         sweep = run_sweep(self.train_fn, spec, view=self.view, store=self.store)
         self.run_seconds.append((perf_counter() - began) / repeat)
         result = sweep.runs[-1]  # the cell's last fit is its training
-        result.diagnosis = diagnose(result)
-        return result
+        return replace(result, diagnosis=diagnose(result))
 
     def measure_more(self, run: RunResult, repeat: int, path: list[RunResult]) -> RunResult:
         """``run`` with ``repeat`` more replicates, put in its place on the path."""
         more = self.measure(_knobs(run), repeat)
         merged = merge_replicates((run.replicates or [run]) + (more.replicates or [more]))
-        merged.diagnosis = diagnose(merged)
+        merged = replace(merged, diagnosis=diagnose(merged))
         path[next(i for i, r in enumerate(path) if r is run)] = merged
         return merged
 
@@ -107,7 +108,7 @@ def start_knobs(start: Mapping[str, Any] | None) -> dict[str, Any]:
         values = as_list(value)
         if len(values) != 1:
             shown = ",".join(str(v) for v in values) or "[]"
-            option = key.replace("_", "-")
+            option = option_name(key)
             if key.startswith("trainer."):
                 option, shown = "trainer", f"{key.removeprefix('trainer.')}={shown}"
             raise KnobError(option, shown, "one value: autotune starts from one configuration")
@@ -116,7 +117,7 @@ def start_knobs(start: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _knobs(run: RunResult) -> dict[str, Any]:
-    return {k: v for k, v in run.knobs.items() if k != "fit"}
+    return run.knobs.as_dict()
 
 
 def keeps(result: Comparison, finding: Finding, current: RunResult, trial: RunResult) -> str | None:
@@ -251,16 +252,13 @@ def autotune(
         )
         if why:
             current = trial
-    sweep = SweepResult(path, name=name, chosen=current)
-    overall = compare(sweep.baseline, current)
+    overall = compare(baseline, current)
     notes.append(f"Stopped: {stop}.")
     notes.append(
         f"Best configuration: {_label(_knobs(current))}, {current.samples_per_s:.1f} samples/s, "
         f"{overall.speedup:.2f}x the baseline ({overall.verdict})."
-        if current is not sweep.baseline
+        if current is not baseline
         else "Best configuration: the cell's own settings; "
         + ("no change helped beyond noise." if len(path) > 1 else "no change was measured.")
     )
-    sweep.notes = notes
-    sweep.diagnosis = diagnose_sweep(sweep)
-    return sweep
+    return judge_sweep(path, name=name, notes=notes, chosen=current)

@@ -89,6 +89,7 @@ class CompiledStep:
     breaks: dict[str, int] = field(default_factory=dict)
     cache_before: tuple[int, int] = (0, 0)
     cache: str | None = None
+    acted: bool | None = None  # whether training ran compiled code; known after a trained fit
 
     def finish(self, trained: bool) -> list[str]:
         """Run every module uncompiled again; notes on what the fit left uncompiled.
@@ -103,10 +104,11 @@ class CompiledStep:
         self.cache = cache_state(hits - self.cache_before[0], misses - self.cache_before[1])
         if not trained:
             return []
+        self.acted = graphs != self.graphs
         notes = []
         if self.cache is not None:
             notes.append(f"compile={self.value}: the compile phase {CACHE_TEXT[self.cache]}.")
-        if graphs == self.graphs:
+        if not self.acted:
             compiled = ", ".join(self.modules)
             notes.append(
                 f"compile={self.value} ran nothing compiled: the training step called none of "

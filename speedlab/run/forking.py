@@ -43,7 +43,15 @@ def forked_rank_threads_note(trainer: Any) -> str | None:
 
 
 class CudaBeforeForkError(RuntimeError):
-    """A fork-based strategy was about to start after CUDA was initialised in this process."""
+    """A fork-based strategy was about to start its ranks with ``start_method`` after CUDA was
+    initialised in this process."""
+
+    def __init__(self, start_method: str) -> None:
+        self.start_method = start_method
+        super().__init__(CUDA_BEFORE_FORK.format(method=start_method))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.start_method,)
 
 
 def check_fork(trainer: Any, *, cuda_initialized: Callable[[], bool] | None = None) -> None:
@@ -61,7 +69,7 @@ def check_fork(trainer: Any, *, cuda_initialized: Callable[[], bool] | None = No
 
         cuda_initialized = torch.cuda.is_initialized
     if cuda_initialized():
-        raise CudaBeforeForkError(CUDA_BEFORE_FORK.format(method=method))
+        raise CudaBeforeForkError(method)
 
 
 def describe_rank_failure(err: BaseException) -> str | None:

@@ -22,19 +22,20 @@ from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.dataset import fingerprint
-from speedlab.measure.numerics import (
-    MATMUL_MODES,
-    amp_choice,
-    cpu_matmul_changes,
-    cuda_math,
-    matmul_effect,
-)
+from speedlab.measure.devices import Device, available_devices, default_device
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
+from speedlab.results.knobs import DATA_KNOBS, Knobs, check_number
 from speedlab.run.compiling import CompiledStep, compile_step
-from speedlab.run.forking import check_fork, forked_rank_threads_note
-from speedlab.run.knobs import DATA_KNOBS, Knobs, check_number
-from speedlab.run.loaders import map_loaders, rebuild_loader, rebuild_refusal, shutdown_loader
+from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_threads_note
+from speedlab.run.loaders import (
+    NotebookClass,
+    NotebookClassError,
+    map_loaders,
+    rebuild_loader,
+    rebuild_refusal,
+    shutdown_loader,
+)
 from speedlab.run.preload import Preloaded, preload
 from speedlab.run.stopping import PlannedStop, time_is_up
 
@@ -66,7 +67,11 @@ class RunControls:
 
 @dataclass
 class FitRecord:
-    """One ``trainer.fit`` call seen during a run."""
+    """One ``trainer.fit`` call seen during a run.
+
+    It keeps the notes of what was done to the fit (``note``): the session hands it what
+    each step returned.
+    """
 
     trainer: Any
     probe: SpeedProbe
@@ -76,6 +81,11 @@ class FitRecord:
     exception: BaseException | None = None
     compiled: CompiledStep | None = None
     data: dict[str, Any] | None = None  # measure.dataset.fingerprint of the training data
+    notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
+
+    def note(self, *notes: str | None) -> None:
+        """Keep these notes on the fit (``None``: nothing to say)."""
+        self.notes += [n for n in notes if n]
 
     def train_dataset(self) -> Any:
         """The dataset of the fit's training DataLoader, or None."""
@@ -83,7 +93,13 @@ class FitRecord:
 
     def workload(self) -> dict[str, Any]:
         """What was trained: the model's class and size, how many training samples it had, the
-        fingerprint of its data and, when compiled, whether inductor's cache was cold or warm."""
+        fingerprint of its data and, when compiled, whether inductor's cache was cold or warm.
+
+        ``notebook_class``: a class defined in the notebook that the workers could not import
+        (``NotebookClass.fact()``): forked for, or why the fit was refused.
+        ``cuda_before_fork``: the fit was refused because CUDA was initialised before a fork-based
+        launch (``{"start_method": ...}``).
+        """
         out: dict[str, Any] = {}
         if self.model is not None:
             out["model"] = type(self.model).__qualname__
@@ -96,40 +112,30 @@ class FitRecord:
             out["dataset_len"] = len(dataset)
         if self.data is not None:
             out["data"] = self.data
+        refused = self.exception if isinstance(self.exception, NotebookClassError) else None
+        notebook_class = refused.notebook_class if refused is not None else self.notebook_class
+        if notebook_class is not None:
+            out["notebook_class"] = notebook_class.fact()
+        if isinstance(self.exception, CudaBeforeForkError):
+            out["cuda_before_fork"] = {"start_method": self.exception.start_method}
         return out
 
 
-def resolve_precision(requested: str, notes: list[str]) -> str:
-    """``amp`` -> the best mixed precision this hardware runs natively."""
+def resolve_precision(requested: str, device: Device | None = None) -> tuple[str, str | None]:
+    """The Lightning precision ``requested`` runs as, and the note saying why where that is not
+    ``requested`` itself: ``amp`` is the best mixed precision ``device`` (the one a run here
+    trains on by default) runs natively."""
     if requested != "amp":
-        return requested
-    import torch
-
-    if torch.cuda.is_available():
-        name, _, native_bf16 = cuda_math(torch)
-        chosen = amp_choice(cuda=True, native_bf16=native_bf16)
-        why = "bf16 runs natively" if native_bf16 else "bf16 would only be emulated (slow)"
-        notes.append(f"precision=amp ran as {chosen} on {name}: {why} there.")
-    else:
-        chosen = amp_choice(cuda=False, native_bf16=False)
-        notes.append(
-            f"precision=amp ran as {chosen}: without a CUDA GPU, bf16 autocast on the CPU is the "
-            "only mixed precision (fp16 AMP is GPU-only)."
-        )
-    return chosen
+        return requested, None
+    return (device or default_device()).amp()
 
 
-def _matmul(level: str) -> tuple[str, bool]:
-    """What ``--matmul level`` does on this machine (measured on the CPU, see numerics), and
-    whether it changes float32 matmuls on any device here (the GPU's, or else the CPU's)."""
-    import torch
-
-    on_cpu = cpu_matmul_changes(level)
-    if torch.cuda.is_available():
-        name, tf32, native_bf16 = cuda_math(torch)
-        changes = on_cpu or (tf32 and MATMUL_MODES[level]["cuda"] != "ieee")
-        return matmul_effect(level, (name, tf32, native_bf16), cpu_changes=False), changes
-    return matmul_effect(level, None, cpu_changes=on_cpu), on_cpu
+def _matmul(level: str, devices: list[Device] | None = None) -> tuple[str, bool]:
+    """What ``--matmul level`` does on the device a run here trains on by default, and whether
+    it changes float32 matmuls on any device a run here may train on (``devices``, all those
+    available by default): a Trainer may choose another."""
+    effects = [device.matmul(level) for device in devices or available_devices()]
+    return effects[0][0], any(changes for _, changes in effects)
 
 
 def restore_sigint(handler: Any) -> None:
@@ -262,13 +268,17 @@ class Intercept:
     # -- Trainer(...) -----------------------------------------------------------------------
 
     def trainer_kwargs(
-        self, kwargs: dict[str, Any], notes: list[str]
-    ) -> tuple[dict[str, Any], SpeedProbe]:
-        """The user's Trainer arguments with the knobs applied and a SpeedProbe attached."""
+        self, kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], SpeedProbe, list[str]]:
+        """The user's Trainer arguments with the knobs applied and a SpeedProbe attached, and
+        the notes on how the knobs resolved."""
         kwargs = dict(kwargs)
         k, c = self.knobs, self.controls
+        notes: list[str] = []
         if k.precision is not None:
-            kwargs["precision"] = resolve_precision(k.precision, notes)
+            kwargs["precision"], note = resolve_precision(k.precision)
+            if note is not None:
+                notes.append(note)
         if k.devices is not None:
             kwargs["devices"] = k.devices
         if k.strategy is not None:
@@ -288,15 +298,14 @@ class Intercept:
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         # First, so that it acts before a progress bar the cell passes closes its bar.
         kwargs["callbacks"] = [PlannedStop(self.planned_stop), *callbacks, probe]
-        return kwargs, probe
+        return kwargs, probe, notes
 
     def _wrap_init(self, original: Any) -> Any:
         session = self
 
         @functools.wraps(original)
         def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
-            notes: list[str] = []
-            kwargs, probe = session.trainer_kwargs(kwargs, notes)
+            kwargs, probe, notes = session.trainer_kwargs(kwargs)
             original(trainer, *args, **kwargs)
             requested = kwargs.get("precision")
             actual = str(getattr(trainer, "precision", requested))
@@ -330,9 +339,7 @@ class Intercept:
             preloaded: list[Preloaded] = []
             try:
                 check_fork(trainer)  # ddp_notebook after CUDA: refuse, and say why
-                threads_note = forked_rank_threads_note(trainer)
-                if threads_note is not None:
-                    record.notes.append(threads_note)
+                record.note(forked_rank_threads_note(trainer))
                 session._prepare(bound.arguments, record, preloaded)
                 return original(*bound.args, **bound.kwargs)
             except SystemExit:
@@ -354,7 +361,7 @@ class Intercept:
                 session._shutdown_trainer_loaders(trainer)
                 if record.compiled is not None:  # the user's model runs uncompiled again
                     trained = bool(getattr(probe, "records", {}).get("wall"))  # in this process
-                    record.notes += record.compiled.finish(trained)
+                    record.note(*record.compiled.finish(trained))
 
         return fit
 
@@ -378,7 +385,7 @@ class Intercept:
         original = getattr(owner, "train_dataloader", None)
         if original is None:
             if not stamp_only:
-                record.notes.append("No training DataLoader found to apply the data knobs to.")
+                record.note("No training DataLoader found to apply the data knobs to.")
             return
 
         def train_dataloader() -> Any:
@@ -417,7 +424,7 @@ class Intercept:
             asked = ", ".join(
                 f"{k}={v}" for k, v in self.knobs.as_dict().items() if k in DATA_KNOBS
             )
-            record.notes.append(f"{asked} not applied: {reason}; it ran as the cell made it.")
+            record.note(f"{asked} not applied: {reason}; it ran as the cell made it.")
             return loader
         dataset = loader.dataset
         if self.knobs.preload not in (None, "off"):
@@ -425,14 +432,14 @@ class Intercept:
             item = preload(self.knobs.preload, dataset)
             record.preload_s += time.perf_counter() - start
             preloaded.append(item)
-            record.notes += item.notes
+            record.note(*item.notes)
             dataset = item.dataset
         devices = self.knobs.devices or 1
-        rebuilt = rebuild_loader(
-            loader, self.knobs, dataset=dataset, devices=devices, notes=record.notes, **options
-        )
-        self._loaders.append(rebuilt)
-        return rebuilt
+        rebuilt = rebuild_loader(loader, self.knobs, dataset=dataset, devices=devices, **options)
+        record.note(*rebuilt.notes)
+        record.notebook_class = record.notebook_class or rebuilt.notebook_class
+        self._loaders.append(rebuilt.loader)
+        return rebuilt.loader
 
     def _shutdown_trainer_loaders(self, trainer: Any) -> None:
         """End the workers of every loader this fit used, the user's own included."""

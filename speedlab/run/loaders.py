@@ -4,6 +4,10 @@ The rebuilt loader makes the same batches: it keeps everything the user chose th
 not set (dataset, sampler and so shuffling, batch_sampler, collate_fn, drop_last,
 worker_init_fn, generator). A knob that would change the batches is refused
 (``WorkerSetupError``); a loader that cannot be rebuilt says so (``rebuild_refusal``).
+
+What a rebuild noted comes back with the loader (``Rebuilt``), and a class defined in the
+notebook that workers could not import is a fact, not a sentence: ``Rebuilt.notebook_class``
+when speedlab forked the workers for it, ``NotebookClassError`` when it could not.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import inspect
 import multiprocessing
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speedlab.measure.compat import is_combined_loader
 from speedlab.measure.machine import usable_cores
-from speedlab.run.knobs import KnobError, KnobRefused, Knobs
+from speedlab.results.knobs import KnobError, KnobRefused, Knobs
 
 if TYPE_CHECKING:
     from speedlab.measure.pipeline import StampSink
@@ -30,15 +35,68 @@ class WorkerSetupError(KnobRefused):
     """These workers cannot serve this DataLoader as the cell's own do; the message says why."""
 
 
-def resolve_workers(value: int | str, devices: int, notes: list[str]) -> int:
+@dataclass(frozen=True)
+class NotebookClass:
+    """A class of a DataLoader's (its dataset's, collate_fn or worker_init_fn) defined in the
+    notebook, which workers started with ``start_method`` cannot import by name.
+
+    ``forked``: speedlab started the workers with fork instead, so the run worked here only
+    because of that; otherwise the run was refused (``NotebookClassError``).
+    """
+
+    name: str
+    start_method: str
+    forked: bool
+
+    def fact(self) -> dict[str, Any]:
+        """The fact as a run's workload keeps it, under ``"notebook_class"``."""
+        return {"name": self.name, "start_method": self.start_method, "forked": self.forked}
+
+    def note(self) -> str:
+        return (
+            f"{self.name} is defined in the notebook and workers start with "
+            f"'{self.start_method}' here, which cannot import it: speedlab started the workers "
+            "with 'fork' instead."
+        )
+
+
+class NotebookClassError(WorkerSetupError):
+    """Workers would start with spawn or forkserver, which cannot import a class defined in the
+    notebook, and fork is not there to copy it: ``notebook_class`` says which class and how."""
+
+    def __init__(self, workers: int, notebook_class: NotebookClass) -> None:
+        self.workers = workers
+        self.notebook_class = notebook_class
+        super().__init__(
+            f"--workers {workers}: {notebook_class.name} is defined in the notebook, and on this "
+            f"platform workers start with '{notebook_class.start_method}', which cannot import "
+            "it. Move it into a .py file next to the notebook and import it from there, or use "
+            "--workers 0."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.workers, self.notebook_class)
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """A rebuilt DataLoader, what its rebuild noted (knobs resolved, or without effect here),
+    and the class defined in the notebook its workers were forked for, if any."""
+
+    loader: Any
+    notes: tuple[str, ...] = ()
+    notebook_class: NotebookClass | None = None
+
+
+def resolve_workers(value: int | str, devices: int) -> tuple[int, str | None]:
+    """The worker count for ``--workers value``, and a note on how ``auto`` resolved."""
     if value != "auto":
-        return int(value)
+        return int(value), None
     cores = usable_cores()
     workers = max(0, (cores - devices) // devices)
-    notes.append(
+    return workers, (
         f"workers=auto resolved to {workers}: ({cores} cores - {devices} device(s)) / {devices}."
     )
-    return workers
 
 
 def defined_in_notebook(obj: Any) -> bool:
@@ -49,15 +107,17 @@ def defined_in_notebook(obj: Any) -> bool:
     return getattr(target, "__module__", None) == "__main__"
 
 
-def worker_context(loader_kwargs: dict[str, Any], notes: list[str]) -> Any:
-    """The multiprocessing context workers need to see notebook-defined classes.
+def worker_context(loader_kwargs: dict[str, Any]) -> tuple[Any, NotebookClass | None]:
+    """The multiprocessing context workers need to see notebook-defined classes, and the
+    notebook class it forks for (``None``: the loader's own context serves).
 
     Worker processes started with spawn or forkserver re-import the dataset's class by name;
     a class defined in a notebook (``__main__``) cannot be found that way ("Can't get
-    attribute"). Fork copies the parent instead, so use it where the platform allows it.
+    attribute"). Fork copies the parent instead, so use it where the platform allows it;
+    where it does not, raise ``NotebookClassError``.
     """
     if loader_kwargs["num_workers"] == 0 or loader_kwargs.get("multiprocessing_context"):
-        return loader_kwargs.get("multiprocessing_context")
+        return loader_kwargs.get("multiprocessing_context"), None
     method = (
         multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context()._name
     )
@@ -68,18 +128,12 @@ def worker_context(loader_kwargs: dict[str, Any], notes: list[str]) -> Any:
     ]
     notebook_parts = [p for p in user_parts if defined_in_notebook(p)]
     if method == "fork" or not notebook_parts:
-        return None
+        return None, None
     name = getattr(notebook_parts[0], "__name__", type(notebook_parts[0]).__name__)
     if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():
-        notes.append(
-            f"{name} is defined in the notebook and workers start with '{method}' here, which "
-            "cannot import it: speedlab started the workers with 'fork' instead."
-        )
-        return multiprocessing.get_context("fork")
-    raise WorkerSetupError(
-        f"--workers {loader_kwargs['num_workers']}: {name} is defined in the notebook, and on "
-        f"this platform workers start with '{method}', which cannot import it. Move it into a "
-        ".py file next to the notebook and import it from there, or use --workers 0."
+        return multiprocessing.get_context("fork"), NotebookClass(name, method, forked=True)
+    raise NotebookClassError(
+        loader_kwargs["num_workers"], NotebookClass(name, method, forked=False)
     )
 
 
@@ -111,23 +165,25 @@ def map_loaders(source: Any, rebuild: Callable[[Any], Any]) -> Any:
     return rebuild(source)
 
 
-def _batching(loader: Any, dataset: Any, knobs: Knobs, notes: list[str]) -> dict[str, Any]:
-    """The DataLoader arguments that make ``loader``'s batches: batch_size or batch_sampler."""
+def _batching(loader: Any, dataset: Any, knobs: Knobs) -> tuple[dict[str, Any], str | None]:
+    """The DataLoader arguments that make ``loader``'s batches (batch_size or batch_sampler),
+    and a note when ``--batch-size`` could not apply."""
     from torch.utils.data import IterableDataset
 
     sampler = {} if isinstance(dataset, IterableDataset) else {"sampler": loader.sampler}
     if loader.batch_size is not None:
         size = knobs.batch_size or loader.batch_size
-        return {"batch_size": size, "drop_last": loader.drop_last, **sampler}
+        return {"batch_size": size, "drop_last": loader.drop_last, **sampler}, None
+    note = None
     if knobs.batch_size is not None:
         what = "a batch_sampler" if loader.batch_sampler is not None else "batch_size=None"
-        notes.append(
+        note = (
             f"batch_size={knobs.batch_size} was not applied: the DataLoader has {what}, "
             "which sets the batches itself."
         )
     if loader.batch_sampler is not None:  # the user's own batch_sampler decides the batches
-        return {"batch_sampler": loader.batch_sampler}
-    return {"batch_size": None, **sampler}  # each item is already a batch
+        return {"batch_sampler": loader.batch_sampler}, note
+    return {"batch_size": None, **sampler}, note  # each item is already a batch
 
 
 def _check_workers(loader: Any, dataset: Any, knobs: Knobs, workers: int, several: bool) -> None:
@@ -159,25 +215,26 @@ def rebuild_loader(
     *,
     dataset: Any,
     devices: int,
-    notes: list[str],
     stamps: StampSink | None = None,
     several: bool = False,
-) -> Any:
+) -> Rebuilt:
     """A new DataLoader over ``dataset`` making ``loader``'s batches, with the knobs' workers,
     pin_memory, persistence and batch size; every other argument is the loader's own.
     ``several``: the loader is one of several training loaders.
 
     It is a ``StampedDataLoader``: with ``stamps``, its workers' batch timestamps go there.
+    It comes back in a ``Rebuilt``, with the notes on how the knobs applied and the notebook
+    class its workers were forked for.
     """
     from torch.utils.data import DataLoader
 
     from speedlab.measure.pipeline import StampedDataLoader
 
-    workers = (
-        loader.num_workers
-        if knobs.workers is None
-        else resolve_workers(knobs.workers, devices, notes)
-    )
+    notes: list[str] = []
+    workers = loader.num_workers
+    if knobs.workers is not None:
+        workers, note = resolve_workers(knobs.workers, devices)
+        notes += [note] if note else []
     _check_workers(loader, dataset, knobs, workers, several)
     if workers == 0 and loader.num_workers > 0 and loader.worker_init_fn is not None:
         notes.append(
@@ -204,20 +261,25 @@ def rebuild_loader(
             )
     own = inspect.signature(DataLoader.__init__).parameters.keys() - _BATCH_ARGS
     kwargs: dict[str, Any] = {name: getattr(loader, name) for name in own if hasattr(loader, name)}
-    kwargs |= _batching(loader, dataset, knobs, notes) | {
+    batching, note = _batching(loader, dataset, knobs)
+    notes += [note] if note else []
+    kwargs |= batching | {
         "dataset": dataset,
         "num_workers": workers,
         "pin_memory": pin,
         "persistent_workers": persistent,
         "prefetch_factor": (loader.prefetch_factor or 2) if workers > 0 else None,
     }
-    kwargs["multiprocessing_context"] = worker_context(kwargs, notes)
+    kwargs["multiprocessing_context"], notebook_class = worker_context(kwargs)
+    if notebook_class is not None:
+        notes.append(notebook_class.note())
     seeds = getattr(loader, "seed_every_epoch", None)  # a stand-in's: the cell's loader's way
     seeds = not loader.persistent_workers if seeds is None else seeds
     try:
-        return StampedDataLoader(**kwargs, stamps=stamps, seed_every_epoch=seeds)
+        rebuilt = StampedDataLoader(**kwargs, stamps=stamps, seed_every_epoch=seeds)
     except ValueError as err:
         raise KnobError("workers", workers, f"settings the DataLoader accepts ({err})") from None
+    return Rebuilt(rebuilt, tuple(notes), notebook_class)
 
 
 def shutdown_loader(loader: Any) -> None:

@@ -13,16 +13,18 @@ from typing import Any
 
 from speedlab.analysis.compare import NOISY_IQR
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.findings import Finding, batch_size, differs, option_text
+from speedlab.analysis.findings import batch_size, differs
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import KNOBS, option_text
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
-from speedlab.run.knobs import KNOBS
 
 
 def current_value(run: RunResult, knob: str) -> Any:
-    """The knob's value in this run: the knob when set, else what the run shows or the default."""
-    if knob in run.knobs:
-        return run.knobs[knob]
+    """The knob's value in this run: the knob in force when set, else what the run shows or
+    the default."""
+    if knob in run.ran:
+        return run.ran[knob]
     inferred: dict[str, Any] = {
         "workers": run.loader_workers(),
         "batch_size": batch_size(run),
@@ -60,7 +62,7 @@ def next_experiment(sweep: SweepResult) -> str:
     it. With nothing left to try, it repeats the best configuration three times to confirm it.
     """
     best = sweep.best or sweep.baseline
-    base = {k: v for k, v in best.knobs.items() if k != "fit"}
+    base = best.knobs.as_dict()
     tried = {
         (k, v)
         for run in sweep.runs

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedlab.run.knobs import KnobRefused
+from speedlab.results.knobs import KnobRefused
 
 SHM = Path("/dev/shm")
 _ESTIMATE_FROM = 8  # samples loaded to estimate the memory of the whole set

@@ -12,30 +12,31 @@ import multiprocessing
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.scaling import scaling_notes
-from speedlab.analysis.verdict import diagnose_sweep
-from speedlab.results.run import RunResult
-from speedlab.results.stats import summarize
-from speedlab.results.store import RunStore
-from speedlab.results.sweep import SweepResult
-from speedlab.run.forking import describe_rank_failure
-from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import (
+from speedlab.analysis.verdict import judge_sweep
+from speedlab.results.knobs import (
     KNOBS,
     KnobError,
     KnobRefused,
     Knobs,
     as_list,
     check_number,
+    option_name,
     sweep_plan,
 )
+from speedlab.results.run import RunResult
+from speedlab.results.stats import summarize
+from speedlab.results.store import RunStore
+from speedlab.results.sweep import SweepResult
+from speedlab.run.forking import describe_rank_failure
+from speedlab.run.in_force import ran_otherwise
+from speedlab.run.intercept import FitRecord, Intercept, RunControls
 from speedlab.run.watch import LiveView
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -70,7 +71,7 @@ def plan_sweep(
     unknown = set(knobs) - set(KNOBS)
     if unknown:
         bad = sorted(unknown)[0]
-        raise KnobError(bad.replace("_", "-"), knobs[bad], "a known knob: " + ", ".join(KNOBS))
+        raise KnobError(option_name(bad), knobs[bad], "a known knob: " + ", ".join(KNOBS))
     given = {k: as_list(v) for k, v in knobs.items() if v is not None}
     extra = {k: as_list(v) for k, v in (trainer or {}).items()}
     repeat = check_number("repeat", repeat, int, 1, "an integer >= 1")
@@ -131,31 +132,53 @@ def run_once(
     except (Exception, KeyboardInterrupt) as err:  # applying the knobs failed: nothing ran
         error = err
     reaped = _reap_workers(before)
-    results = []
-    for i, fit in enumerate(session.fits):
-        result = fit.probe.result() if fit.probe.ran else RunResult()
-        result.knobs = knobs.as_dict() | ({"fit": i + 1} if len(session.fits) > 1 else {})
-        result.notes = session.notes + fit.notes + result.notes + reaped
-        result.phases["preload"] = fit.preload_s
-        result.workload |= fit.workload()
-        if session.matmul_changes is not None:
-            result.workload["matmul_changes"] = session.matmul_changes
-        result.diagnosis = diagnose(result, lint_findings=_lint(fit.model))
-        if fit.exception is not None:  # the ranks' own account of a failure comes first
-            result.error = result.error or describe_error(fit.exception)
-        results.append(result)
+    several = len(session.fits) > 1
+    results = [
+        _assemble(fit, knobs, session, reaped, number=i + 1 if several else None)
+        for i, fit in enumerate(session.fits)
+    ]
     if not results:
         message = (
             describe_error(error)
             if error
             else ("The cell never called trainer.fit(...): there was no training to measure.")
         )
-        results.append(
-            RunResult(knobs=knobs.as_dict(), error=message, notes=session.notes + reaped)
-        )
+        results.append(RunResult(knobs=knobs, error=message, notes=session.notes + reaped))
     elif error is not None and all(r.error is None for r in results):
-        results[-1].error = describe_error(error)
+        results[-1] = replace(results[-1], error=describe_error(error))
     return results, error
+
+
+def _assemble(
+    fit: FitRecord, knobs: Knobs, session: Intercept, reaped: list[str], number: int | None
+) -> RunResult:
+    """One fit's result, built once: what the probe measured, the knobs asked and in force,
+    the notes of each part, and the doctor's findings."""
+    measured = fit.probe.result() if fit.probe.ran else RunResult()
+    workload = measured.workload | fit.workload()
+    if session.matmul_changes is not None:
+        workload["matmul_changes"] = session.matmul_changes
+    error = measured.error
+    if fit.exception is not None:  # the ranks' own account of a failure comes first
+        error = error or describe_error(fit.exception)
+    result = replace(
+        measured,
+        knobs=knobs,
+        ran_otherwise=ran_otherwise(knobs, fit, measured),
+        fit=number,
+        notes=session.notes + fit.notes + measured.notes + reaped + _stopped(session, measured),
+        phases=measured.phases | {"preload": fit.preload_s},
+        workload=workload,
+        error=error,
+    )
+    return replace(result, diagnosis=diagnose(result, lint_findings=_lint(fit.model)))
+
+
+def _stopped(session: Intercept, measured: RunResult) -> list[str]:
+    """The note of a run stopped on request (the panel's Stop) before it ended on its own."""
+    if not session.stop_requested:
+        return []
+    return [f"Stopped on request after {measured.steps} steps; what was measured is kept."]
 
 
 def _quiet_library_deprecations() -> None:
@@ -263,24 +286,44 @@ def run_sweep(
                     break
             if interrupted:
                 break
+        groups = [group for plan in replicates for group in _by_fit(plan)]
+        notes = (
+            [
+                f"Interrupted: the sweep stopped after {len(groups)} run(s); what was measured is kept."
+            ]
+            if interrupted
+            else []
+        )
+        sweep = _judged(groups, name=spec.name, notes=notes)
+        if run_store is not None:
+            run_store.finish_sweep(sweep_id, sweep.to_dict())
     finally:
         if run_store is not None:
             run_store.close()
-    runs = [run for group in replicates if group for run in _merge_by_fit(group)]
-    sweep = SweepResult(runs, name=spec.name)
-    scaling_notes(sweep)
-    sweep.diagnosis = diagnose_sweep(sweep)
-    if interrupted:
-        sweep.notes.append(
-            f"Interrupted: the sweep stopped after {len(runs)} run(s); what was measured is kept."
-        )
     view.end_sweep(sweep)
     return sweep
 
 
-def _merge_by_fit(replicates: list[RunResult]) -> list[RunResult]:
-    """Merge repeats of the same combination, separately for each fit of a multi-fit cell."""
-    groups: dict[Any, list[RunResult]] = {}
+def sweep_from_runs(
+    results: Sequence[RunResult], *, name: str | None = None, notes: Sequence[str] = ()
+) -> SweepResult:
+    """The judged sweep of these runs, in the order they ran: the repeats of one configuration
+    (and one fit) merged, the first configuration the baseline."""
+    groups: dict[str, list[RunResult]] = {}
+    for result in results:
+        groups.setdefault(repr(sorted(result.settings().items())), []).append(result)
+    return _judged(list(groups.values()), name=name, notes=notes)
+
+
+def _judged(
+    groups: Sequence[list[RunResult]], *, name: str | None, notes: Sequence[str]
+) -> SweepResult:
+    return judge_sweep([merge_replicates(group) for group in groups], name=name, notes=notes)
+
+
+def _by_fit(replicates: list[RunResult]) -> list[list[RunResult]]:
+    """The repeats of one combination, apart for each fit of a multi-fit cell."""
+    groups: dict[int | None, list[RunResult]] = {}
     for result in replicates:
-        groups.setdefault(result.knobs.get("fit"), []).append(result)
-    return [merge_replicates(group) for group in groups.values()]
+        groups.setdefault(result.fit, []).append(result)
+    return list(groups.values())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,10 +17,11 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.compare import TOO_FEW, compare
-from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.analysis.compare import compare
+from speedlab.analysis.verdict import diagnose_sweep, judge_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.numerics import cpu_matmul_changes
+from speedlab.results.comparison import TOO_FEW
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import require_quiet, the
 from tests.records import run_of
@@ -119,26 +121,30 @@ def test_too_few_windows_are_never_within_noise_and_say_how_many_steps(steps, ve
         assert str(result) == (
             "3.00x, too few to tell (2 and 2 measurements, 3 needed: --steps 50 or more)"
         )
-        (finding,) = [f for f in diagnose_sweep(SweepResult([slow, fast])) if f.kind == "verdict"]
+        sweep = judge_sweep([slow, fast])
+        (finding,) = [f for f in sweep.diagnosis if f.kind == "verdict"]
         assert finding.evidence.startswith("Too few measurements to tell")
         assert finding.advice == "Measure again with --steps 50 or more."
-        assert "within noise" not in str(SweepResult([slow, fast]).table())
+        assert "within noise" not in str(sweep.table())
 
 
 def test_runs_that_differ_only_in_knobs_that_could_not_act_are_never_called_different() -> None:
     # Twice the speed, but the only knob told apart changed nothing in what was computed.
     base = run_of([0.0] * 20, [0.2] * 20, knobs={"matmul": "highest"})
     inert = run_of([0.0] * 20, [0.1] * 20, knobs={"matmul": "high"})
-    base.workload = inert.workload = {"matmul_changes": False}
+    base = replace(base, workload={"matmul_changes": False})
+    inert = replace(inert, workload={"matmul_changes": False})
     result = compare(base, inert)
     assert result.verdict == "within noise" and not result.significant
     assert str(result).startswith("2.00x, within noise: matmul=highest/high changed nothing")
-    inert.workload = {"matmul_changes": True}  # where the level does act, speed is judged
+    inert = replace(inert, workload={"matmul_changes": True})  # where it acts, speed is judged
     assert compare(base, inert).verdict == "faster"
     pinned = run_of([0.0] * 20, [0.1] * 20, knobs={"pin_memory": True})
     unpinned = run_of([0.0] * 20, [0.2] * 20, knobs={"pin_memory": False})
-    assert compare(unpinned, pinned).verdict == "within noise"  # on the CPU, nothing to pin for
-    pinned.device = unpinned.device = "cuda"
+    # On the CPU there is nothing to pin for: the run layer records that pinning did not act.
+    on_cpu = replace(pinned, ran_otherwise={"pin_memory": False})
+    assert compare(unpinned, on_cpu).verdict == "within noise"
+    pinned, unpinned = (replace(run, device="cuda") for run in (pinned, unpinned))
     assert compare(unpinned, pinned).verdict == "faster"
 
 

@@ -75,7 +75,7 @@ def test_too_many_workers_on_two_cores_is_oversubscribed(image_sweep: SweepResul
     many = image_sweep.runs[1]
     require_quiet(many)
     found = the(diagnose(many), "oversubscribed")
-    threads = many.system["torch_threads"]
+    threads = many.system.torch_threads
     assert f"4 worker(s) + {threads} torch thread(s) (torch.get_num_threads())" in found.evidence
     assert found.knob == "workers" and found.value < 4
     assert "torch.set_num_threads" in found.advice
@@ -87,20 +87,24 @@ def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> 
     if usable_cores() < 2:
         pytest.skip("the machine figures below describe 2 cores this process may use")
     run = run_of([0.001] * 30, [0.003] * 30, warmup=5)
-    run.system = {
-        "cores": 2,
-        "cpu_percent": 95.0,
-        "main_cpu_percent": 100.0,
-        "workers_cpu_percent": 0.0,
-        "train_thread_cpu_percent": 75.0,
-        "torch_threads": 1,
-    }
+    run = replace(
+        run,
+        system={
+            "cores": 2,
+            "cpu_percent": 95.0,
+            "main_cpu_percent": 100.0,
+            "workers_cpu_percent": 0.0,
+            "train_thread_cpu_percent": 75.0,
+            "torch_threads": 1,
+        },
+    )
     (found,) = [f for f in diagnose(run) if f.kind in ("io_bound", "cpu_bound")]
     assert found.kind == "io_bound" and found.severity == "warn" and found.knob is None
     assert "Other processes used about 0.9 of the machine's 2 cores" in found.evidence
     assert "cannot tell the two apart" in found.advice
     assert "waits for storage, not for the CPU" not in found.advice
-    run.system["cpu_percent"] = 50.0  # the same run on a quiet machine: storage, and a knob
+    # the same run on a quiet machine: storage, and a knob
+    run = replace(run, system=replace(run.system, cpu_percent=50.0))
     quiet = the(diagnose(run), "io_bound")
     assert quiet.severity == "critical" and quiet.knob == "workers"
 
@@ -109,8 +113,11 @@ def test_a_wait_for_tensors_in_memory_is_cpu_work_never_storage() -> None:
     # The tabular lab's shape: a TensorDataset, a quarter of each step waiting for its batch,
     # the loader looking idle to the sampler (a 0.2 ms wait is shorter than its period).
     run = run_of([0.0002] * 30, [0.0008] * 30, knobs={"workers": 0})
-    run.workload = {"dataset": "TensorDataset", "loader_workers": 0}
-    run.system = {"cores": 2, "main_cpu_percent": 40.0, "train_thread_cpu_percent": 41.0}
+    run = replace(
+        run,
+        workload={"dataset": "TensorDataset", "loader_workers": 0},
+        system={"cores": 2, "main_cpu_percent": 40.0, "train_thread_cpu_percent": 41.0},
+    )
     found = the(diagnose(run), "cpu_bound")
     assert "io_bound" not in kinds(diagnose(run))
     assert "tensors in memory (TensorDataset)" in found.evidence
@@ -130,8 +137,11 @@ def test_the_tabular_lab_never_gets_storage_or_decoding_advice(
 
 def test_after_preload_shm_decoding_still_runs_and_preload_ram_is_what_removes_it() -> None:
     run = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0, "preload": "shm"})
-    run.workload = {"dataset": "ShapesDataset", "loader_workers": 0}
-    run.system = {"cores": 2, "main_cpu_percent": 95.0, "train_thread_cpu_percent": 95.0}
+    run = replace(
+        run,
+        workload={"dataset": "ShapesDataset", "loader_workers": 0},
+        system={"cores": 2, "main_cpu_percent": 95.0, "train_thread_cpu_percent": 95.0},
+    )
     found = the(diagnose(run), "cpu_bound")
     assert "every step still decodes" in found.advice
     assert (found.knob, found.value) == ("preload", "ram")

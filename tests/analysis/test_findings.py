@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from speedlab.analysis.findings import KINDS, Finding
 from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.results.findings import KINDS, Finding
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import require_quiet
 
@@ -24,3 +24,14 @@ def test_findings_are_plain_data_in_the_doctors_order(image_sweep: SweepResult) 
     assert str(rest[0]).startswith(f"[{rest[0].severity}] {rest[0].kind}: ")
     with pytest.raises(ValueError):
         Finding("slow", "evidence", "advice")
+
+
+@pytest.mark.parametrize(
+    ("device", "name"), [("cuda", "GPU"), ("mps", "GPU"), ("xla", "TPU"), ("cpu", "cpu")]
+)
+def test_the_texts_name_a_runs_device_as_its_device_says(device: str, name: str) -> None:
+    from types import SimpleNamespace
+
+    from speedlab.analysis.findings import device_name
+
+    assert device_name(SimpleNamespace(device=device)) == name

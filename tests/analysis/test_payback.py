@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import lightning.pytorch as pl
 from torch.nn import functional as F
 
-from speedlab.analysis.verdict import diagnose_sweep
+from speedlab.analysis.verdict import judge_sweep
 from speedlab.labs import KnownCostModel, busy_wait, known_cost_loader
 from speedlab.measure.probe import SpeedProbe
+from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import QUIET, the
@@ -43,9 +46,9 @@ def test_compile_payback_reports_cost_and_break_even_or_never() -> None:
     model = Forwarding(step_s=0.05)
     model.compile(backend="eager")  # dynamo's real tracing, without a C++ build
     compiled = _probe_run(model, compiled=True)
-    plain.knobs, compiled.knobs = {"compile": "off"}, {"compile": "on"}
-    sweep = SweepResult([plain, compiled])
-    found = the(diagnose_sweep(sweep), "compile_payback")
+    off, on = Knobs(compile="off"), Knobs(compile="on")
+    sweep = judge_sweep([replace(plain, knobs=off), replace(compiled, knobs=on)])
+    found = the(sweep.diagnosis, "compile_payback")
     assert found.evidence.startswith("Compiling cost ")
     assert "Break-even" in found.advice
     # A busy-wait dominates each step, so compiling the tiny forward saves nothing measurable.
@@ -57,28 +60,27 @@ def preloaded(planned_steps: int) -> SweepResult:
     after 34 steps."""
     without = run_of([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
     with_it = run_of([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
-    with_it.phases["preload"] = 3.0
-    for run in (without, with_it):
-        run.workload = {"planned_steps": planned_steps, "epoch_steps": 10}
-    return SweepResult([without, with_it])
+    with_it = replace(with_it, phases={"preload": 3.0})
+    workload = {"planned_steps": planned_steps, "epoch_steps": 10}
+    return judge_sweep([replace(run, workload=workload) for run in (without, with_it)])
 
 
 def test_a_preload_that_pays_back_within_the_cell_says_when_and_what_it_saves() -> None:
     sweep = preloaded(planned_steps=200)
-    found = the(diagnose_sweep(sweep), "preload_payback")
+    found = the(sweep.diagnosis, "preload_payback")
     assert found.evidence.startswith("Preloading cost 3.0 s (before training)")
     assert "Break-even after 34 steps (0.3 s of training, 3.4 epochs of 10 steps)" in found.advice
     assert "Over the cell's own training (200 steps) it saves about 15.0 s in all" in found.advice
     assert (found.severity, found.value) == ("info", "ram")
-    assert the(diagnose_sweep(sweep), "verdict").advice == "Keep preload=ram."
+    assert the(sweep.diagnosis, "verdict").advice == "Keep preload=ram."
 
 
 def test_a_preload_longer_than_the_cells_training_is_not_recommended() -> None:
     sweep = preloaded(planned_steps=30)
-    found = the(diagnose_sweep(sweep), "preload_payback")
+    found = the(sweep.diagnosis, "preload_payback")
     assert "it costs 0.3 s more than it saves" in found.advice
     assert (found.severity, found.value) == ("warn", "off")
-    verdict = the(diagnose_sweep(sweep), "verdict")
+    verdict = the(sweep.diagnosis, "verdict")
     assert verdict.evidence.startswith("Best: preload=ram")  # per step it is faster...
     assert "only after 34 steps" in verdict.advice and "the cell's own 30 steps" in verdict.advice
     assert verdict.advice.endswith("Keep preload=ram only for longer training.")
@@ -87,9 +89,8 @@ def test_a_preload_longer_than_the_cells_training_is_not_recommended() -> None:
 def test_the_compile_evidence_says_whether_the_cache_was_warm() -> None:
     plain = run_of([0.0] * 20, [0.1] * 20, knobs={"compile": "off"})
     compiled = run_of([0.0] * 20, [0.05] * 20, knobs={"compile": "on"})
-    compiled.phases["compile"] = 2.1
-    compiled.workload = {"compile_cache": "warm"}
-    found = the(diagnose_sweep(SweepResult([plain, compiled])), "compile_payback")
+    compiled = replace(compiled, phases={"compile": 2.1}, workload={"compile_cache": "warm"})
+    found = the(judge_sweep([plain, compiled]).diagnosis, "compile_payback")
     assert found.evidence.startswith(
         "Compiling cost 2.0 s (the first compiled step, with a warm compile cache: a first "
         "compile takes longer)"

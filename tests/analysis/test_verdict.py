@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from speedlab.analysis.compare import compare
-from speedlab.analysis.verdict import diagnose_sweep, verdicts
+from speedlab.analysis.verdict import diagnose_sweep, judge_sweep, verdicts
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import kinds, the
@@ -20,31 +22,31 @@ def test_the_verdict_names_the_best_run_and_what_helped(batch_sweep: SweepResult
 def waiting_on_storage(workers: int, batch_s: float) -> RunResult:
     """A run whose steps wait 20 ms for data while the loading is idle: storage-bound."""
     run = run_of([0.02] * 30, [batch_s] * 30, knobs={"workers": workers}, warmup=5)
-    run.system = {"cores": 2, "cpu_percent": 30.0, "main_cpu_percent": 25.0}
-    run.system |= {"train_thread_cpu_percent": 25.0, "workers_cpu_percent": 5.0 * workers}
-    return run
+    system = {"cores": 2, "cpu_percent": 30.0, "main_cpu_percent": 25.0}
+    system |= {"train_thread_cpu_percent": 25.0, "workers_cpu_percent": 5.0 * workers}
+    return replace(run, system=system)
 
 
 def test_a_single_run_gets_findings_but_no_verdict_against_itself() -> None:
-    findings = diagnose_sweep(SweepResult([waiting_on_storage(0, 0.01)]))
+    findings = judge_sweep([waiting_on_storage(0, 0.01)]).diagnosis
     assert findings and "verdict" not in kinds(findings)
 
 
 def test_advice_this_sweep_already_measured_says_what_it_measured_instead_of_try() -> None:
     base, tried = waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)
-    sweep = SweepResult([base, tried])
-    assert sweep.best is base
-    alone = the(diagnose_sweep(SweepResult([base])), "io_bound")
+    sweep = judge_sweep([base, tried])
+    assert sweep.best is sweep.baseline
+    alone = the(judge_sweep([base]).diagnosis, "io_bound")
     assert (alone.knob, alone.value) == ("workers", 2) and "Try --workers 2." in str(alone)
-    found = the(diagnose_sweep(sweep), "io_bound")
+    found = the(sweep.diagnosis, "io_bound")
     assert found.knob is None and "Try --workers" not in str(found)
     assert "This sweep already measured --workers 2 against it: 0." in found.advice
     assert "slower" in found.advice or "too few" in found.advice
 
 
 def test_when_the_baseline_is_fastest_the_verdict_does_not_compare_it_with_itself() -> None:
-    sweep = SweepResult([waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)])
-    verdict = the(diagnose_sweep(sweep), "verdict")
+    sweep = judge_sweep([waiting_on_storage(0, 0.01), waiting_on_storage(2, 0.05)])
+    verdict = the(sweep.diagnosis, "verdict")
     assert verdict.evidence == "No run beat the baseline beyond noise. Slower: workers=2 0.43x."
 
 
@@ -52,7 +54,7 @@ def test_verdicts_say_each_runs_verdict_and_how_its_two_parts_moved() -> None:
     base = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0}, warmup=5)
     hidden = run_of([0.001] * 30, [0.01] * 30, knobs={"workers": 2}, warmup=5)
     crowded = run_of([0.001] * 30, [0.03] * 30, knobs={"workers": 4}, warmup=5)
-    lines = verdicts(SweepResult([base, hidden, crowded]))
+    lines = verdicts(judge_sweep([base, hidden, crowded]))
     assert lines == [
         f"workers=2: {compare(base, hidden)}; data_time fell from 20.0 ms to 1.0 ms, "
         "batch_time stayed about the same (10.0 ms, then 10.0 ms).",
@@ -64,10 +66,9 @@ def test_verdicts_say_each_runs_verdict_and_how_its_two_parts_moved() -> None:
 
 def test_verdicts_name_a_failed_run_and_nothing_for_a_single_run() -> None:
     base = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0}, warmup=5)
-    failed = run_of([], [], knobs={"workers": 2})
-    failed.error = "RuntimeError: boom"
-    assert verdicts(SweepResult([base, failed])) == ["workers=2: failed: RuntimeError: boom"]
-    assert verdicts(SweepResult([base])) == []
+    failed = replace(run_of([], [], knobs={"workers": 2}), error="RuntimeError: boom")
+    assert verdicts(judge_sweep([base, failed])) == ["workers=2: failed: RuntimeError: boom"]
+    assert verdicts(judge_sweep([base])) == []
 
 
 def test_a_sweeps_own_findings_say_what_it_measured_of_their_suggestion_too() -> None:
@@ -76,10 +77,9 @@ def test_a_sweeps_own_findings_say_what_it_measured_of_their_suggestion_too() ->
 
     def crowded(workers: int, data_s: float, batch_s: float) -> RunResult:
         run = run_of([data_s] * 30, [batch_s] * 30, knobs={"workers": workers}, warmup=5)
-        run.system = {"cores": 2, "torch_threads": 2}
-        return run
+        return replace(run, system={"cores": 2, "torch_threads": 2})
 
-    sweep = SweepResult([crowded(0, 0.004, 0.01), crowded(1, 0.001, 0.02), crowded(4, 0.001, 0.03)])
-    found = the(diagnose_sweep(sweep), "oversubscribed")
+    sweep = judge_sweep([crowded(0, 0.004, 0.01), crowded(1, 0.001, 0.02), crowded(4, 0.001, 0.03)])
+    found = the(sweep.diagnosis, "oversubscribed")
     assert found.knob is None and "Try --workers" not in str(found)
     assert "This sweep already measured --workers 1 against it: 0." in found.advice

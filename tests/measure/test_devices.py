@@ -1,8 +1,11 @@
-"""speedlab.measure.devices: a step's figures from the device's own timeline, checked on a
-simulated asynchronous device (the real CUDA path runs in the gpu-marked tests)."""
+"""speedlab.measure.devices: the registry that gives each device type its device, and the probe
+that asks it, checked on a simulated asynchronous device registered as the CPU's (the real CUDA
+path runs in the gpu-marked tests)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import statistics
 import time
 from collections.abc import Iterator
@@ -10,86 +13,105 @@ from collections.abc import Iterator
 import lightning.pytorch as pl
 import numpy
 import pytest
+import torch
 
-from speedlab.measure.devices import device_timeline
-from speedlab.measure.devices.events import EventTimeline
+import speedlab.measure.probe
+from speedlab.measure import devices
+from speedlab.measure.devices import (
+    DEVICES,
+    CpuDevice,
+    CudaDevice,
+    Device,
+    PlainDevice,
+    available_devices,
+    default_device,
+    device_for,
+    memory_reserved,
+)
 from speedlab.measure.probe import SpeedProbe
 from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
-    STEP_S,
     SimulatedDevice,
+    device_work,
     fit_on_device,
     on_device,
     probe_on_simulated_device,
 )
 
 
-def device_work(batch_times: list[float]) -> bool:
-    """Whether the spans are the device's ``STEP_S`` of work: never less (queueing it takes the
-    host a fraction of a millisecond), and less than two steps of it (a busy machine wakes the
-    device's thread late)."""
-    return min(batch_times) > 0.9 * STEP_S and statistics.median(batch_times) < 1.9 * STEP_S
+@pytest.mark.parametrize(
+    ("type_name", "kind", "name", "asynchronous", "pins_memory"),
+    [
+        ("cpu", CpuDevice, "cpu", False, False),
+        ("cuda", CudaDevice, "GPU", True, True),
+        ("mps", PlainDevice, "GPU", False, False),
+        ("xla", PlainDevice, "TPU", False, False),
+        ("hpu", PlainDevice, "hpu", False, False),  # unknown: synchronous, named by its type
+    ],
+)
+def test_each_device_type_gets_its_device(
+    type_name: str, kind: type[Device], name: str, asynchronous: bool, pins_memory: bool
+) -> None:
+    device = device_for(type_name)
+    assert type(device) is kind and device.type == type_name and device.name == name
+    assert (device.asynchronous, device.pins_memory) == (asynchronous, pins_memory)
 
 
-def test_the_cpu_is_timed_by_the_hosts_clock() -> None:
-    assert device_timeline("cpu") is None
+@pytest.mark.parametrize("type_name", [*DEVICES, "hpu"])
+def test_a_device_has_a_timeline_exactly_when_it_is_asynchronous(type_name: str) -> None:
+    device = device_for(type_name)  # CUDA's timeline makes no event until a step is marked
+    assert (device.timeline() is not None) == device.asynchronous
 
 
-def step_records(steps: int) -> dict[str, list]:
-    """What the probe records from the host's clock, before the device's figures replace them."""
-    return {key: [0.0] * steps for key in ("data_time", "copy_time", "batch_time", "wall")}
+def test_the_cpu_is_the_last_choice_and_always_there() -> None:
+    assert list(DEVICES)[-1] == "cpu"
+    assert type(available_devices()[-1]) is CpuDevice
 
 
-def test_a_steps_figures_are_the_devices_work_not_the_hosts_queueing() -> None:
-    device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(6)
-    for step in range(6):
-        timeline.mark(step, "origin")
-        device.launch(STEP_S / 2)  # the copy of the step's batch
-        timeline.mark(step, "fetched")
-        device.launch(STEP_S / 2)
-        timeline.mark(step, "start")
-        device.launch(STEP_S)
-        timeline.mark(step, "end")
-        timeline.mark(step, "close")
-        timeline.resolve(records)
-    assert records["batch_time"][-1] == 0.0  # the device is behind: not resolved yet
-    timeline.resolve(records, wait=True)
-    assert device_work(records["batch_time"])
-    assert device_work([2 * c for c in records["copy_time"]])  # half a step's work
-    assert device_work(records["data_time"])  # the copy and the work queued before the step
-    assert device_work([w / 2 for w in records["wall"]])
+@pytest.mark.parametrize(("cuda", "chosen"), [(True, CudaDevice), (False, CpuDevice)])
+def test_a_run_trains_on_the_first_available_device_by_default(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool, chosen: type[Device]
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert type(default_device()) is chosen
+    assert [type(d) for d in available_devices()] == [CudaDevice, CpuDevice][not cuda :]
 
 
-def test_validation_inside_a_step_is_left_out_of_its_wall() -> None:
-    device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(1)
-    for point, work in [("origin", 0), ("fetched", 0), ("start", STEP_S), ("end", 0)]:
-        timeline.mark(0, point)
-        device.launch(work)
-    timeline.mark(0, "val_start")
-    device.launch(5 * STEP_S)
-    for point in ("val_end", "close"):
-        timeline.mark(0, point)
-    timeline.resolve(records, wait=True)
-    assert records["wall"][0] < 2 * STEP_S < 5 * STEP_S
+class Holds(PlainDevice):
+    def __init__(self, type_name: str, held: int | None) -> None:
+        super().__init__(type_name)
+        self.held = held
+
+    def memory_reserved(self) -> int | None:
+        return self.held
 
 
-def test_a_step_that_raised_before_it_was_recorded_is_dropped() -> None:
-    device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(1)
-    for step in range(2):  # step 1 is stamped, then raises before the probe records it
-        for point in ("origin", "fetched", "start"):
-            timeline.mark(step, point)
-        device.launch(0.005)
-        timeline.mark(step, "end")
-        timeline.mark(step, "close")
-    timeline.mark(2, "origin")  # the next step began waiting, and never got its batch
-    timeline.resolve(records, wait=True)
-    assert len(records["batch_time"]) == 1 and records["batch_time"][0] > 0.004
+def test_memory_is_summed_over_the_devices_that_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "DEVICES", {"a": lambda: Holds("a", None)})
+    assert memory_reserved() is None
+    monkeypatch.setitem(devices.DEVICES, "b", lambda: Holds("b", 2**20))
+    monkeypatch.setitem(devices.DEVICES, "c", lambda: Holds("c", 3))
+    assert memory_reserved() == 2**20 + 3
+
+
+def test_a_new_device_is_a_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(devices.DEVICES, "npu", lambda: PlainDevice("npu", name="NPU"))
+    assert device_for("npu").name == "NPU"
+
+
+def test_the_probe_names_no_device() -> None:
+    """The probe asks ``device_for``: it compares nothing with a device type, and CUDA appears
+    nowhere in it."""
+    source = inspect.getsource(speedlab.measure.probe)
+    compared = {
+        node.value
+        for compare in ast.walk(ast.parse(source))
+        if isinstance(compare, ast.Compare)
+        for node in ast.walk(compare)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert compared.isdisjoint([*DEVICES, "gpu", "GPU"])
+    assert "cuda" not in source.lower()
 
 
 class SynchronisedTruth(pl.Callback):

@@ -19,7 +19,7 @@ from speedlab.measure.probe import (
     BATCH_ACTION,
     SpeedProbe,
     batch_size_of,
-    loader_workers,
+    loader_facts,
     samples_of,
 )
 
@@ -226,9 +226,9 @@ def test_system_sampler_runs_with_the_fit() -> None:
         KnownCostModel(step_s=0.01), known_cost_loader(n=400, batch_size=8)
     )
     system = probe.result().system
-    assert system["samples"] >= 2
-    assert system["peak_rss_bytes"] > 50e6
-    assert system["main_cpu_percent"] > 30  # the busy-waiting step keeps one core busy
+    assert system.samples >= 2
+    assert system.peak_rss_bytes > 50e6
+    assert system.main_cpu_percent > 30  # the busy-waiting step keeps one core busy
 
 
 def test_too_short_a_run_says_so() -> None:
@@ -301,9 +301,17 @@ def test_the_loaders_workers_are_recorded_from_the_loaders_not_counted_from_proc
     probe = SpeedProbe(sample_system=False)
     loaders = {"a": known_cost_loader(n=64, num_workers=1), "b": known_cost_loader(n=64)}
     trainer(probe, max_steps=3).fit(FirstOfTwo(), train_dataloaders=loaders)
-    assert loader_workers(loaders) == 1
+    assert loader_facts(loaders)["loader_workers"] == 1
     # 64 samples in batches of 8: 8 steps an epoch; max_steps=3 is the whole fit's plan.
-    assert probe.result().workload == {"loader_workers": 1, "epoch_steps": 8, "planned_steps": 3}
+    workload = probe.result().workload
+    assert {k: workload[k] for k in ("loader_workers", "epoch_steps", "planned_steps")} == {
+        "loader_workers": 1,
+        "epoch_steps": 8,
+        "planned_steps": 3,
+    }
+    # The loaders agree on their batch size and on pinning nothing: both are facts of the run.
+    assert workload["loader_batch_size"] == 8 and workload["loader_pin_memory"] is False
+    assert workload["precision"] == "32-true" and workload["devices"] == 1
     assert probe.result().loader_workers() == 1
 
 

@@ -94,19 +94,19 @@ def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell, descen
     one, two = sweep.runs
     assert one.ok and two.ok, (one.error, two.error)
     assert [len(one.ranks), len(two.ranks)] == [1, 2]
-    assert [e["rank"] for e in two.ranks] == [0, 1]
+    assert [e.rank for e in two.ranks] == [0, 1]
     for entry in one.ranks + two.ranks:
-        assert entry["steps"] == 30 and len(entry["records"]["data_time"]) == 30
-        assert entry["samples_per_s"] > 0 and entry["batch_time"] > 0
-    assert one.ranks[0]["sync_time"] is None  # one rank: nothing to synchronise with
+        assert entry.steps == 30 and len(entry.records["data_time"]) == 30
+        assert entry.samples_per_s > 0 and entry.batch_time > 0
+    assert one.ranks[0].sync_time is None  # one rank: nothing to synchronise with
     for entry in two.ranks:
-        assert len(entry["records"]["sync_time"]) == 30 and entry["sync_time"] > 0
+        assert len(entry.records["sync_time"]) == 30 and entry.sync_time > 0
     # the job: every rank's samples, times from the slowest rank
-    assert two.samples == sum(e["samples"] for e in two.ranks) == 2 * 30 * 8
+    assert two.samples == sum(e.samples for e in two.ranks) == 2 * 30 * 8
     # ranks in step (one all-reduce a step): the job rate is about the sum of the ranks' rates
-    assert two.samples_per_s == pytest.approx(sum(e["samples_per_s"] for e in two.ranks), rel=0.2)
+    assert two.samples_per_s == pytest.approx(sum(e.samples_per_s for e in two.ranks), rel=0.2)
     slow = slowest_rank(two.ranks)
-    assert (two.data_time, two.batch_time) == (slow["data_time"], slow["batch_time"])
+    assert (two.data_time, two.batch_time) == (slow.data_time, slow.batch_time)
     assert any("slowest" in n for n in two.notes) and any("all-reduce" in n for n in two.notes)
     (item,) = scaling(sweep)
     assert item.run is two and item.reference is one
@@ -133,7 +133,7 @@ def test_ranks_forked_after_parallel_work_in_the_notebook_do_not_hang(
     )
     run = sweep.runs[0]
     assert run.ok, run.error
-    assert [e["steps"] for e in run.ranks] == [20, 20]
+    assert [e.steps for e in run.ranks] == [20, 20]
     assert any("Each forked rank trains with 1 torch thread" in n for n in run.notes)
     assert descendants() == []
 
@@ -144,11 +144,11 @@ def test_a_rank_with_a_slow_data_loader_is_named_a_straggler(shell) -> None:
     )
     run = sweep.runs[0]
     assert run.ok, run.error
-    assert slowest_rank(run.ranks)["rank"] == 1
+    assert slowest_rank(run.ranks).rank == 1
     fast, slow = run.ranks
-    assert slow["data_time"] > 0.02 > fast["data_time"]  # 8 samples x 3 ms on rank 1 only
-    assert fast["sync_time"] > slow["sync_time"]  # rank 0 waits for rank 1 in the all-reduce
-    assert run.data_time == slow["data_time"]
+    assert slow.data_time > 0.02 > fast.data_time  # 8 samples x 3 ms on rank 1 only
+    assert fast.sync_time > slow.sync_time  # rank 0 waits for rank 1 in the all-reduce
+    assert run.data_time == slow.data_time
     (finding,) = [f for f in rank_findings(run) if f.kind == "straggler"]
     assert finding.evidence.startswith("Rank 1 needs")
     assert "Rank 1's data loading is slower" in finding.advice and finding.knob == "workers"
@@ -163,8 +163,8 @@ def test_a_failing_rank_is_a_clear_error_leaves_nothing_and_the_next_run_works(
     run = sweep.runs[0]
     assert run.error == "rank 1 failed: ZeroDivisionError: cell bug"
     # the failed rank's records up to its failure came back, with its own error
-    failed = next(e for e in run.ranks if e["rank"] == 1)
-    assert failed["error"] == "ZeroDivisionError: cell bug" and failed["steps"] == 5
+    failed = next(e for e in run.ranks if e.rank == 1)
+    assert failed.error == "ZeroDivisionError: cell bug" and failed.steps == 5
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert "ZeroDivisionError: cell bug" in out
     assert descendants() == []
@@ -191,8 +191,8 @@ def test_example_script_trains_two_processes_logs_every_rank_and_prints_a_summar
     assert done.stdout.count("speedlab: 2 ranks") == 1  # printed once, by rank 0
     assert "straggler: Rank 1 needs" in done.stdout
     result = RunResult.from_dict(json.loads(out.read_text()))
-    assert [e["rank"] for e in result.ranks] == [0, 1]
-    assert all(len(e["records"]["batch_time"]) == 20 for e in result.ranks)
+    assert [e.rank for e in result.ranks] == [0, 1]
+    assert all(len(e.records["batch_time"]) == 20 for e in result.ranks)
     assert result.samples == 2 * 20 * 64
     (metrics,) = (tmp_path / "logs").rglob("metrics.csv")
     header = next(csv.reader(metrics.open()))
@@ -214,7 +214,12 @@ def test_cuda_initialised_before_a_fork_is_refused_and_explained() -> None:
     assert "starts its ranks with fork" in message and "Restart the kernel" in message
     check_fork(trainer, cuda_initialized=lambda: False)
     check_fork(pl.Trainer(accelerator="cpu", logger=False), cuda_initialized=lambda: True)
-    (finding,) = rank_findings(RunResult(error=f"CudaBeforeForkError: {message}"))
+    assert info.value.start_method == "fork"
+    # The finding comes from the fact the fit records, not from the words of the refusal.
+    error = f"CudaBeforeForkError: {message}"
+    assert rank_findings(RunResult(error=error)) == []
+    fact = {"cuda_before_fork": {"start_method": "fork"}}
+    (finding,) = rank_findings(RunResult(error=error, workload=fact))
     assert finding.kind == "notebook_trap" and finding.severity == "critical"
 
 
@@ -247,9 +252,9 @@ def payload(rank: int, data: float, batch: float, sync: float, steps: int = 20) 
 
 def test_job_figures_come_from_the_slowest_rank_and_throughput_is_summed() -> None:
     job = job_result([payload(1, 0.004, 0.006, 0.001), payload(0, 0.001, 0.010, 0.007)])
-    assert [e["rank"] for e in job.ranks] == [0, 1]
-    assert job.ranks[1]["work_time"] == pytest.approx(0.009)
-    assert job.ranks[0]["work_time"] == pytest.approx(0.004)
+    assert [e.rank for e in job.ranks] == [0, 1]
+    assert job.ranks[1].work_time == pytest.approx(0.009)
+    assert job.ranks[0].work_time == pytest.approx(0.004)
     assert (job.data_time, job.batch_time) == (0.004, 0.006)
     assert job.samples_per_s == pytest.approx(2 * 8 / 0.011)
     assert job.samples == 2 * 8 * 20 and job.steps == 20

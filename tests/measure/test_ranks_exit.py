@@ -56,7 +56,7 @@ def test_a_failing_rank_reports_the_error_it_saw_and_its_steps_so_far(tmp_path: 
     job = recorder.collect()
     assert job is not None and job.error == "rank 0 failed: ZeroDivisionError: cell bug"
     (rank,) = job.ranks
-    assert rank["error"] == "ZeroDivisionError: cell bug" and rank["steps"] == 5
+    assert rank.error == "ZeroDivisionError: cell bug" and rank.steps == 5
     assert not recorder.handoff.exists()  # collected and removed
 
 
@@ -74,7 +74,7 @@ def test_a_rank_that_finishes_hands_over_once_and_its_exit_handler_stays_quiet(
     assert in_a_rank(body) == 0
     job = recorder.collect()
     assert job is not None and job.ok and job.error is None
-    assert [e["steps"] for e in job.ranks] == [5]
+    assert [e.steps for e in job.ranks] == [5]
     assert not called.exists()
 
 

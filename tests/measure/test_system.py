@@ -28,7 +28,8 @@ from speedlab.measure.machine import (
     system_info,
     visible_gpus,
 )
-from speedlab.measure.system import SystemSampler, SystemSummary
+from speedlab.measure.system import SystemSampler
+from speedlab.results.system import SystemSummary
 
 FORK = multiprocessing.get_context("fork")
 REPO = Path(speedlab.measure.system.__file__).resolve().parents[2]

@@ -195,3 +195,62 @@ def test_doctor_prints_the_findings_and_the_line_to_run_next(shell, capsys, monk
     assert f"{data.kind}: {data.evidence}" in out
     assert out.rstrip().endswith("Try next:\n" + next_experiment(session.last))
     assert next_experiment(session.last).startswith("%%profile_train ")
+
+
+def test_the_magic_runs_the_way_profile_train_does(shell) -> None:
+    """Its options are profile_train's keywords: the same sweep, stored the same way, with the
+    cell's hash beside it."""
+    from speedlab.run.sweep import cell_hash
+
+    line = "--workers 0,1 --matmul highest --trainer max_steps=3 --steps 3 --name same --no-live"
+    cell = "pass  # never trains\n"
+    by_magic = shell.run_cell_magic("profile_train", line + " -o", cell)
+    by_api = speedlab.profile_train(
+        lambda: None,
+        workers=[0, 1],
+        matmul="highest",
+        trainer={"max_steps": [3]},
+        steps=3,
+        name="same",
+        live=False,
+    )
+    assert [r.knobs for r in by_magic.runs] == [r.knobs for r in by_api.runs]
+    assert by_magic.name == by_api.name == "same"
+    api_rows, magic_rows = speedlab.history(4)[:2], speedlab.history(4)[2:]
+    assert [r["knobs"] for r in magic_rows] == [r["knobs"] for r in api_rows]
+    assert {r["cell_hash"] for r in magic_rows} == {cell_hash(cell)}
+    assert {r["cell_hash"] for r in api_rows} == {None}
+    magics = shell.magics_manager.registry["SpeedlabMagics"]
+    assert magics.last_cell[1].plan == [run.knobs for run in by_api.runs]
+
+
+def test_load_shows_a_stored_sweep_as_it_showed(shell, capsys) -> None:
+    sweep = shell.run_cell_magic(
+        "profile_train", "--workers 0,1 --steps 8 --name kept --no-live -o", KNOWN_COST_CELL
+    )
+    shell.run_cell_magic("profile_train", "--steps 5 --name later --no-live -o", KNOWN_COST_CELL)
+    capsys.readouterr()
+    shell.run_line_magic("speedlab", "history 3")
+    header, _, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["run", "sweep"]
+    [sweep_id] = {row.split()[1] for row in rows if "kept" in row}
+    shell.run_line_magic("speedlab", f"load {sweep_id}")
+    out = capsys.readouterr().out
+    assert out.startswith(str(sweep))  # as %%profile_train displayed it: table, notes
+    for finding in sweep.diagnosis:  # then its findings
+        assert str(finding) in out
+    assert speedlab.last is not sweep and str(speedlab.last) == str(sweep)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("load", "%speedlab load: expected a sweep's number"),
+        ("load three", "%speedlab load three: expected a sweep's number"),
+        ("load 999", "no sweep 999: there is no run store at"),
+    ],
+)
+def test_load_refuses_what_it_cannot_show_in_one_line(shell, line: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        shell.run_line_magic("speedlab", line)
+    assert message in str(info.value) and "\n" not in str(info.value)

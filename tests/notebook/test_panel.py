@@ -19,10 +19,11 @@ import torch
 from IPython.core.error import UsageError
 
 import speedlab
+from speedlab.analysis.compare import compare
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.notebook.panel import Panel, hardware_limits
+from speedlab.results.knobs import KNOBS, Knobs, explain
 from speedlab.run.intercept import RunControls
-from speedlab.run.knobs import KNOBS, Knobs, explain
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
 
@@ -100,7 +101,7 @@ def test_run_trains_in_a_background_thread_and_stop_leaves_nothing_behind() -> N
     assert threads == ["speedlab-panel"]
     [row] = panel.runs
     assert row.stopped and row.result.steps >= 10 and row.result.error is None
-    assert "Stopped from the panel" in " ".join(row.result.notes)
+    assert "Stopped on request" in " ".join(row.result.notes)
     assert "stopped" in panel.table.value and panel.table.value.count("<tr>") == 2
 
     def alive() -> bool:
@@ -129,8 +130,11 @@ def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
     assert table.count("<tr>") == 4
     assert "baseline (repeat)" in table and "workers=0" in table
     assert "The baseline ran 2 times" in table
-    second = panel.runs[1].result.samples_per_s / panel.reference_rate()
-    assert f"{second:.2f}x" in table
+    first, second = panel.runs[0].result, panel.runs[1].result
+    assert f"{second.samples_per_s / first.samples_per_s:.2f}x" in table
+    # The verdict column is the magic's: the run's comparison with the baseline, judged once.
+    assert second.comparison == compare(first, second)
+    assert f">{second.comparison.verdict}</td>" in table
     assert re.search(r"±\d+\.\d%", table)  # the noise column
     shown = re.findall(r"<li>(.*?)</li>", panel.diagnosis.value)
     assert shown and len(shown) == len(set(shown))  # each finding once
@@ -206,10 +210,23 @@ def test_an_nbconvert_export_shows_the_panels_results_in_html_and_plain_text(
 
     [output] = nbformat.read(tmp_path / "run.ipynb", as_version=4).cells[1].outputs
     text = output.data["text/plain"]
-    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +±[\d.]+% .* 20 +ok\n", text), text
+    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +- +±[\d.]+% .* 20 +ok\n", text), text
     assert "Diagnosis:\n- [" in text
     page = (tmp_path / "run.html").read_text()
     rows = re.findall(r"<tr>(.*?)</tr>", page.split('<table class="speedlab-table">')[1])
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[1])
     assert cells[:2] == ["1", "baseline"] and cells[-2:] == ["20", "ok"]
     assert "<b>Diagnosis</b><ul><li>" in page
+
+
+def test_a_panel_run_is_stored_and_loads_back(tmp_path: Path) -> None:
+    path = tmp_path / "panel.sqlite"
+    panel = Panel(train_fn(), controls=RunControls(steps=8, warmup=2), name="panelled", store=path)
+    panel.controls["workers"].value = "1"
+    panel.run().join()
+    [row] = speedlab.history(path=path)
+    assert row["sweep"] == "panelled" and row["knobs"] == {"workers": 1}
+    [run] = speedlab.load(row["sweep_id"], store=path).runs
+    shown = panel.runs[0].result
+    assert run.knobs == shown.knobs == Knobs(workers=1)
+    assert run.steps == shown.steps == 8 and run.samples_per_s == shown.samples_per_s

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.collections import PolyCollection
 
+from speedlab.analysis.verdict import judge_sweep
 from speedlab.notebook.plots import (
     epoch_starts,
     figure_bundle,
@@ -53,7 +54,7 @@ def no_pyplot_figures():
 
 
 def test_sweep_figure_stacks_times_and_shows_throughput_with_units() -> None:
-    sweep = SweepResult([steady_run(0.004, 0.006, workers=0), steady_run(0.001, 0.004, workers=2)])
+    sweep = judge_sweep([steady_run(0.004, 0.006, workers=0), steady_run(0.001, 0.004, workers=2)])
     fig = sweep_figure(sweep)
     times, rates = fig.axes
     assert "ms" in times.get_xlabel() and "samples/s" in rates.get_xlabel()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
+from speedlab.analysis.verdict import judge_sweep
 from speedlab.results.sweep import SweepResult
 from tests.records import run_of as run
 
@@ -14,9 +16,9 @@ from tests.records import run_of as run
 def test_table_text_html_csv(tmp_path: Path) -> None:
     base = run([0.2] * 11, [0.2] * 11, knobs={"workers": 0})
     fast = run([0.0] * 11, [0.2] * 11, knobs={"workers": 2})  # five windows of one round
-    fast.notes.append("pin_memory=on has no effect without a CUDA GPU")
+    fast = replace(fast, notes=["pin_memory=on has no effect without a CUDA GPU"])
     same = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"workers": 0})
-    sweep = SweepResult([base, fast, same])
+    sweep = judge_sweep([base, fast, same])
     text = str(sweep.table())
     cells = [re.split(r"\s{2,}", line) for line in text.splitlines()]
     assert cells[0][:4] == ["run", "samples/s", "speedup", "vs baseline"]
@@ -40,10 +42,10 @@ def test_table_text_html_csv(tmp_path: Path) -> None:
 def test_a_wide_spread_is_noted_only_where_it_decides_the_verdict() -> None:
     base = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"matmul": "highest"})
     fast = run([0.0] * 6, [0.02] * 6, knobs={"matmul": "high"})  # ten times faster, noise or not
-    rows = SweepResult([base, fast]).table().rows
+    rows = judge_sweep([base, fast]).table().rows
     assert rows[1][3] == "faster" and not any("noisy" in row[-1] for row in rows)
     same = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"matmul": "medium"})
-    rows = SweepResult([base, fast, same]).table().rows
+    rows = judge_sweep([base, fast, same]).table().rows
     assert rows[2][3] == "within noise"
     assert [row[-1].startswith("noisy:") for row in rows] == [True, False, True]
 
@@ -51,8 +53,8 @@ def test_a_wide_spread_is_noted_only_where_it_decides_the_verdict() -> None:
 def test_the_preload_break_even_is_in_the_table() -> None:
     without = run([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
     with_it = run([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
-    with_it.phases["preload"] = 3.0
-    notes = SweepResult([without, with_it]).table().rows[1][-1]
+    with_it = replace(with_it, phases={"preload": 3.0})
+    notes = judge_sweep([without, with_it]).table().rows[1][-1]
     assert notes.startswith("preload break-even: after 34 steps (0.3 s of training)")
 
 

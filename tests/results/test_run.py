@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -49,19 +50,23 @@ def test_the_spread_of_a_run_with_workers_is_over_windows_of_whole_rounds() -> N
 
 def test_busy_child_processes_are_not_loader_workers_when_the_probe_saw_the_loader() -> None:
     # torch.compile's compile workers are busy children too; the loader had none.
-    compiled = run([0.1] * 10, [0.1] * 10, warmup=0)
-    compiled.system = {"workers_cpu_percent": 180.0, "peak_workers": 5}
-    compiled.workload = {"loader_workers": 0}
+    compiled = replace(
+        run([0.1] * 10, [0.1] * 10, warmup=0),
+        system={"workers_cpu_percent": 180.0, "peak_workers": 5},
+        workload={"loader_workers": 0},
+    )
     assert compiled.loader_workers() == 0
-    compiled.workload = {}  # a result stored before the probe recorded its loaders
-    assert compiled.loader_workers() == 5
+    stored = replace(compiled, workload={})  # a result stored before the probe recorded its loaders
+    assert stored.loader_workers() == 5
 
 
 def test_round_trip_through_dict_and_json() -> None:
-    r = run([0.1, 0.2, 0.3], [0.3, 0.3, 0.3], knobs={"workers": 2})
-    r.notes.append("a note")
-    r.phases = {"setup": 1.5}
-    r.host_syncs = {"steps": 3, "lines": [{"file": "train.py", "line": 7, "count": 3}]}
+    r = replace(
+        run([0.1, 0.2, 0.3], [0.3, 0.3, 0.3], knobs={"workers": 2}),
+        notes=["a note"],
+        phases={"setup": 1.5},
+        host_syncs={"steps": 3, "lines": [{"file": "train.py", "line": 7, "count": 3}]},
+    )
     back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back.to_dict() == r.to_dict()
     assert back.samples_per_s == r.samples_per_s

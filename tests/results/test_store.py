@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 import speedlab.results.store
-from speedlab.results.store import RunStore, StoreError, default_store_path, format_history
+from speedlab.results.store import (
+    NotStored,
+    RunStore,
+    StoreError,
+    default_store_path,
+    format_history,
+    stored_sweep,
+)
 
 REPO = Path(speedlab.results.store.__file__).resolve().parents[2]
 
@@ -82,6 +89,7 @@ def test_round_trip(tmp_path: Path) -> None:
         "cell_hash": "abc123",
         "env": {"cores": 2},
         "runs": 1,
+        "finished": False,
     }
 
 
@@ -109,6 +117,8 @@ def test_history_is_newest_first_and_limited(tmp_path: Path) -> None:
         assert [s["runs"] for s in store.sweeps(1)] == [1]
         with pytest.raises(KeyError, match="no run 999"):
             store.run(999)
+        with pytest.raises(KeyError, match="no sweep 999"):
+            store.sweep(999)
         with pytest.raises(ValueError, match="history"):
             store.history(-1)
 
@@ -186,15 +196,18 @@ def test_another_apps_database_is_refused_and_left_untouched(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
 
 
-def test_a_store_from_another_schema_version_is_refused(tmp_path: Path) -> None:
+def test_a_store_from_a_newer_speedlab_is_refused_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     RunStore(path).close()
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 99")
     conn.close()
     data = path.read_bytes()
-    with pytest.raises(StoreError, match="schema 99"):
+    with pytest.raises(StoreError) as caught:
         RunStore(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert "has run store schema 99, newer than schema 2 that this speedlab reads" in message
     assert path.read_bytes() == data
 
 
@@ -243,12 +256,14 @@ def test_format_history_shows_the_figures(tmp_path: Path) -> None:
         store.add_run(sweep, 1, {"knobs": {"compile": "on"}, "error": "boom\nsecond line"})
         text = format_history(store.history())
     header, rule, newest, oldest = text.splitlines()
-    assert header.split()[:3] == ["run", "when", "samples/s"]
+    assert header.split()[:4] == ["run", "sweep", "when", "samples/s"]
     assert set(rule) == {"-", " "}
     assert "compile=on" in newest and "boom" in newest and "second line" not in newest
     for figure in ("precision=16-mixed", "workers=4", "1234.5", "1.50x", "12.50", "37.50", "25%"):
         assert figure in oldest
     assert "0.4321" in oldest and "precision sweep" in oldest
+    # The sweep column is the id that speedlab.load takes.
+    assert oldest.split()[1] == newest.split()[1] == str(sweep)
     # Numbers are right-aligned under their heading.
     assert header.index("samples/s") + len("samples/s") == oldest.index("1234.5") + len("1234.5")
     assert format_history([]) == "No runs stored yet."
@@ -266,3 +281,130 @@ def test_module_history_reads_the_default_store_and_never_creates_one(
         ids = [store.add_run(sweep, i, RUN) for i in range(3)]
     assert [row["run_id"] for row in speedlab.results.store.history(2)] == ids[:0:-1]
     assert len(speedlab.results.store.history(path=target)) == 3
+
+
+def test_a_finished_sweep_keeps_its_whole_result_beside_its_runs(tmp_path: Path) -> None:
+    whole = {"format": 2, "name": "workers", "runs": [RUN, RUN], "best": 1, "notes": ["n"]}
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        sweep = store.new_sweep(name="workers", cell_hash=None, env={})
+        other = store.new_sweep(name="other", cell_hash=None, env={})
+        # Runs are stored as each ends, positions in the order they ran.
+        store.add_run(sweep, 1, {**RUN, "steps": 2})
+        store.add_run(other, 0, {**RUN, "steps": 99})
+        store.add_run(sweep, 0, {**RUN, "steps": 1})
+        assert store.sweep(sweep)["result"] is None
+        assert [s["finished"] for s in store.sweeps()] == [False, False]
+        store.finish_sweep(sweep, whole)
+        stored = store.sweep(sweep)
+        assert [run["steps"] for run in store.sweep_runs(sweep)] == [1, 2]
+        assert [s["finished"] for s in store.sweeps()] == [False, True]
+        with pytest.raises(NotStored) as caught:
+            store.finish_sweep(7, whole)
+    assert stored["result"] == whole and stored["runs"] == 2 and stored["name"] == "workers"
+    message = str(caught.value)
+    assert message == (
+        f"no sweep 7 in the run store {tmp_path / 'runs.sqlite'} (its sweeps are numbered 1 to 2)"
+    )  # one line, unquoted though a KeyError
+    assert isinstance(caught.value, KeyError)
+    # JSON text only: what is read back is parsed, never unpickled or run.
+    conn = sqlite3.connect(tmp_path / "runs.sqlite")
+    [(text,)] = conn.execute("SELECT result_json FROM sweeps WHERE id = ?", (sweep,))
+    conn.close()
+    assert json.loads(text) == whole
+
+
+def test_stored_sweep_reads_without_creating_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    with pytest.raises(NotStored, match=f"no sweep 3: there is no run store at {path} yet"):
+        stored_sweep(3, path)
+    assert not path.exists()
+    with RunStore(path) as store:
+        empty = store.new_sweep(name="crashed at once", cell_hash=None, env={})
+        unfinished = store.new_sweep(name="crashed later", cell_hash=None, env={})
+        store.add_run(unfinished, 0, RUN)
+        finished = store.new_sweep(name="done", cell_hash=None, env={})
+        store.add_run(finished, 0, RUN)
+        store.finish_sweep(finished, {"runs": [RUN]})
+    with pytest.raises(NotStored, match=f"sweep {empty} in the run store .* nothing to show"):
+        stored_sweep(empty, path)
+    assert stored_sweep(unfinished, path)["run_dicts"] == [RUN]
+    entry = stored_sweep(finished, path)
+    assert entry["result"] == {"runs": [RUN]} and entry["run_dicts"] == []
+    assert entry["path"] == str(path)
+
+
+# The schema that speedlab 0.1 wrote, as it was: no sweep kept its whole result.
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sweeps (
+    id INTEGER PRIMARY KEY, created TEXT NOT NULL, name TEXT, cell_hash TEXT,
+    env_json TEXT NOT NULL
+);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY, sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+    created TEXT NOT NULL, position INTEGER NOT NULL, knobs_json TEXT NOT NULL,
+    samples_per_s REAL, data_time REAL, batch_time REAL, step_time REAL, data_share REAL,
+    speedup REAL, steps INTEGER, samples INTEGER, final_loss REAL, error TEXT,
+    result_json TEXT NOT NULL
+);
+CREATE INDEX runs_by_sweep ON runs(sweep_id, position);
+INSERT INTO meta VALUES ('app', 'speedlab'), ('schema_version', '1');
+INSERT INTO sweeps VALUES (1, '2025-01-01T10:00:00+00:00', 'old', NULL, '{}');
+PRAGMA application_id = 1397769292;
+PRAGMA user_version = 1;
+"""
+
+
+def store_of_schema_1(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA_1)
+    conn.execute(
+        "INSERT INTO runs (sweep_id, created, position, knobs_json, steps, result_json)"
+        " VALUES (1, '2025-01-01T10:00:05+00:00', 0, ?, 40, ?)",
+        (json.dumps(RUN["knobs"]), json.dumps(RUN)),
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_a_store_of_schema_1_is_brought_up_to_date_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    store_of_schema_1(path)
+    assert speedlab.results.store.APPLICATION_ID == 1397769292
+    with RunStore(path) as store:
+        [row] = store.history()
+        assert row["sweep_id"] == 1 and row["sweep"] == "old" and row["knobs"] == RUN["knobs"]
+        assert store.sweep(1)["result"] is None  # it never kept one: load judges its runs
+        assert store.sweep_runs(1) == [RUN]
+        new = store.new_sweep(name="new", cell_hash=None, env={})
+        store.finish_sweep(new, {"runs": []})
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert dict(conn.execute("SELECT key, value FROM meta"))["schema_version"] == "2"
+    conn.close()
+    with RunStore(path) as store:  # and opens again as a store of this schema
+        assert [s["finished"] for s in store.sweeps()] == [True, False]
+
+
+def test_a_store_that_cannot_be_brought_up_to_date_is_refused_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A step that fails, as a read-only file's would (root may write any file, so that case
+    # cannot be made here).
+    monkeypatch.setitem(
+        speedlab.results.store.MIGRATIONS,
+        1,
+        ("ALTER TABLE sweeps ADD COLUMN result_json TEXT", "ALTER TABLE gone ADD COLUMN x"),
+    )
+    path = tmp_path / "runs.sqlite"
+    store_of_schema_1(path)
+    data = path.read_bytes()
+    with pytest.raises(StoreError) as caught:
+        RunStore(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert "has run store schema 1 and could not be brought up to schema 2" in message
+    assert path.read_bytes() == data  # the first step was rolled back with the second
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -10,16 +11,17 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.compare import Comparison, compare
-from speedlab.analysis.findings import Finding
+from speedlab.analysis.compare import compare
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.labs.known_cost import exact_sleep
 from speedlab.measure.machine import usable_cores
+from speedlab.results.comparison import Comparison
+from speedlab.results.findings import Finding
+from speedlab.results.knobs import KnobError
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.results.sweep import SweepResult
 from speedlab.run.autotuner import autotune, keeps, start_knobs
-from speedlab.run.knobs import KnobError
 from tests.doctor_runs import require_quiet
 from tests.records import run_of
 
@@ -153,9 +155,9 @@ def preloaded(planned_steps: int) -> tuple[RunResult, RunResult]:
     """Steps of 100 ms without preload, 10 ms with it after 3 s of preloading."""
     without = run_of([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
     with_it = run_of([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"})
-    with_it.phases["preload"] = 3.0
-    without.workload = with_it.workload = {"planned_steps": planned_steps}
-    return without, with_it
+    with_it = replace(with_it, phases={"preload": 3.0})
+    workload = {"planned_steps": planned_steps}
+    return replace(without, workload=workload), replace(with_it, workload=workload)
 
 
 def test_a_faster_preload_is_kept_only_when_it_pays_back_within_the_cells_own_training() -> None:

@@ -15,10 +15,10 @@ from torch._dynamo.utils import counters
 from torch.nn import functional as F
 
 from speedlab.labs import QUIET_TRAINER, known_cost_loader
+from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.run.compiling import CACHE_TEXT, compile_step
 from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import Knobs
 
 
 class SubmoduleStep(pl.LightningModule):

@@ -25,9 +25,16 @@ from speedlab.labs import (
     ThrottledOpener,
     make_shapes,
 )
-from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import Knobs
-from speedlab.run.loaders import WorkerSetupError, rebuild_loader, worker_context
+from speedlab.measure.devices import CpuDevice
+from speedlab.results.knobs import Knobs
+from speedlab.run.intercept import Intercept, RunControls, _matmul, resolve_precision
+from speedlab.run.loaders import (
+    NotebookClass,
+    NotebookClassError,
+    WorkerSetupError,
+    rebuild_loader,
+    worker_context,
+)
 from speedlab.run.preload import PreloadError, preload_ram, preload_shm
 
 
@@ -48,30 +55,25 @@ def fit_known_cost(steps: int = 12, **loader_kw) -> pl.Trainer:
 def test_rebuilt_loader_keeps_the_users_choices_and_applies_the_knobs() -> None:
     dataset = KnownCostDataset(100)
     loader = DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=collate, drop_last=True)
-    notes: list[str] = []
-    new = rebuild_loader(
-        loader,
-        Knobs(workers=2, persistent_workers=True, batch_size=16),
-        dataset=dataset,
-        devices=1,
-        notes=notes,
+    rebuilt = rebuild_loader(
+        loader, Knobs(workers=2, persistent_workers=True, batch_size=16), dataset=dataset, devices=1
     )
+    new = rebuilt.loader
     assert new.dataset is dataset and new.collate_fn is collate and new.drop_last
     assert isinstance(new.sampler, RandomSampler) and new.sampler is loader.sampler
     assert (new.num_workers, new.persistent_workers, new.batch_size) == (2, True, 16)
-    assert notes == []
+    assert rebuilt.notes == () and rebuilt.notebook_class is None
 
 
 def test_settings_the_hardware_cannot_use_are_noted_not_fatal() -> None:
     dataset = KnownCostDataset(100)
-    notes: list[str] = []
-    new = rebuild_loader(
+    rebuilt = rebuild_loader(
         DataLoader(dataset, batch_size=8),
         Knobs(workers=0, persistent_workers=True, pin_memory=True),
         dataset=dataset,
         devices=1,
-        notes=notes,
     )
+    new, notes = rebuilt.loader, rebuilt.notes
     assert not new.persistent_workers
     assert any("persistent_workers=on does nothing with workers=0" in n for n in notes)
     if not torch.cuda.is_available():
@@ -81,10 +83,8 @@ def test_settings_the_hardware_cannot_use_are_noted_not_fatal() -> None:
 
 def test_workers_auto_resolves_from_cores() -> None:
     dataset = KnownCostDataset(10)
-    notes: list[str] = []
-    new = rebuild_loader(
-        DataLoader(dataset), Knobs(workers="auto"), dataset=dataset, devices=1, notes=notes
-    )
+    rebuilt = rebuild_loader(DataLoader(dataset), Knobs(workers="auto"), dataset=dataset, devices=1)
+    new, notes = rebuilt.loader, rebuilt.notes
     from speedlab.measure.machine import usable_cores
 
     assert new.num_workers == max(0, usable_cores() - 1)
@@ -96,18 +96,65 @@ NotebookDataset = type("NotebookDataset", (KnownCostDataset,), {"__module__": "_
 
 def test_notebook_dataset_gets_fork_where_spawn_would_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
-    notes: list[str] = []
-    context = worker_context({"num_workers": 2, "dataset": NotebookDataset(10)}, notes)
+    context, forked = worker_context({"num_workers": 2, "dataset": NotebookDataset(10)})
     assert context.get_start_method() == "fork"
-    assert "defined in the notebook" in notes[0]
+    assert forked == NotebookClass("NotebookDataset", "spawn", forked=True)
+    assert "NotebookDataset is defined in the notebook" in forked.note()
     # a dataset from a module is importable: nothing to change
-    assert worker_context({"num_workers": 2, "dataset": KnownCostDataset(10)}, []) is None
+    assert worker_context({"num_workers": 2, "dataset": KnownCostDataset(10)}) == (None, None)
     monkeypatch.setattr(sys, "platform", "darwin")
     with pytest.raises(
         WorkerSetupError,
         match=r"^--workers 2: NotebookDataset is defined in the notebook.*\.py file",
+    ) as refused:
+        worker_context({"num_workers": 2, "dataset": NotebookDataset(10)})
+    assert isinstance(refused.value, NotebookClassError)
+    assert refused.value.notebook_class == NotebookClass("NotebookDataset", "spawn", forked=False)
+
+
+def test_a_rebuilt_loader_says_which_notebook_class_it_forked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    dataset = NotebookDataset(10)
+    rebuilt = rebuild_loader(DataLoader(dataset), Knobs(workers=1), dataset=dataset, devices=1)
+    assert rebuilt.notebook_class == NotebookClass("NotebookDataset", "spawn", forked=True)
+    assert rebuilt.notes == (rebuilt.notebook_class.note(),)
+
+
+def test_a_fit_records_the_notebook_class_it_forked_for_or_was_refused_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+
+    def fit_notebook_data() -> None:
+        trainer = pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER)
+        loader = DataLoader(NotebookDataset(40), batch_size=8, collate_fn=collate)
+        trainer.fit(KnownCostModel(step_s=0.001), loader)
+
+    with Intercept(Knobs(workers=1), RunControls(steps=3)) as run:
+        fit_notebook_data()
+    [fit] = run.fits
+    forked = NotebookClass("NotebookDataset", "spawn", forked=True)
+    assert fit.workload()["notebook_class"] == forked.fact()
+    assert forked.note() in fit.notes
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    with (
+        Intercept(Knobs(workers=1), RunControls(steps=3)) as run,
+        pytest.raises(NotebookClassError),
     ):
-        worker_context({"num_workers": 2, "dataset": NotebookDataset(10)}, [])
+        fit_notebook_data()
+    [fit] = run.fits
+    assert fit.workload()["notebook_class"] == {**forked.fact(), "forked": False}
+
+
+def test_a_refused_notebook_class_error_survives_pickling() -> None:
+    import pickle
+
+    err = NotebookClassError(2, NotebookClass("NotebookDataset", "spawn", forked=False))
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.notebook_class) == (str(err), err.notebook_class)
 
 
 def test_trainer_and_fit_are_intercepted_and_restored() -> None:
@@ -274,3 +321,37 @@ def test_twenty_runs_with_workers_leak_nothing() -> None:
     assert {p.pid for p in process.children(recursive=True)} <= children
     assert process.num_fds() <= fds
     assert threading.active_count() <= threads
+
+
+class FakeGpu(CpuDevice):
+    """A device whose answers the test sets: no GPU needed to check what the run asks of it."""
+
+    type, name = "cuda", "GPU"
+
+    def amp(self) -> tuple[str, str]:
+        return "16-mixed", "precision=amp ran as 16-mixed on a fake GPU."
+
+    def matmul(self, level: str) -> tuple[str, bool]:
+        return f"matmul={level} on a fake GPU.", False
+
+
+def test_precision_asks_the_device_only_what_amp_means_there() -> None:
+    assert resolve_precision("bf16-mixed", FakeGpu()) == ("bf16-mixed", None)
+    assert resolve_precision("amp", FakeGpu()) == (
+        "16-mixed",
+        "precision=amp ran as 16-mixed on a fake GPU.",
+    )
+    assert resolve_precision("amp", CpuDevice())[0] == "bf16-mixed"
+
+
+@pytest.mark.parametrize("cpu_changes", [True, False])
+def test_a_matmul_level_is_inert_only_where_no_device_here_changes(
+    monkeypatch: pytest.MonkeyPatch, cpu_changes: bool
+) -> None:
+    """The note is the default device's; a Trainer may pick another, so a level counts as acting
+    where it changes float32 matmuls on any device a run here may train on."""
+    monkeypatch.setattr(CpuDevice, "matmul", lambda self, level: ("on the CPU", cpu_changes))
+    assert _matmul("medium", [FakeGpu(), CpuDevice()]) == (
+        "matmul=medium on a fake GPU.",
+        cpu_changes,
+    )

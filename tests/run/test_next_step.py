@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from speedlab.analysis.findings import option_text
+from speedlab.results.knobs import KNOBS, option_text
 from speedlab.results.sweep import SweepResult
-from speedlab.run.knobs import KNOBS
 from speedlab.run.next_step import next_experiment
 from tests.doctor_runs import require_quiet
 

@@ -10,8 +10,8 @@ import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.results.knobs import Knobs
 from speedlab.run.intercept import Intercept, RunControls
-from speedlab.run.knobs import Knobs
 from tests.nbexec import execute
 
 BATCHES = 40  # per epoch: every stop below comes well before the epoch's end

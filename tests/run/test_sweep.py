@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 import speedlab
 from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
+from speedlab.results.knobs import KnobError
 from speedlab.results.store import history
-from speedlab.run.knobs import KnobError
 
 
 def train_known_cost(model: pl.LightningModule | None = None, *, sleep_s: float = 0.002) -> None:

@@ -1,12 +1,76 @@
-"""The CUDA clock: a step's edges as CUDA events in the current stream (``events``)."""
+"""A CUDA GPU: asynchronous, timed by events in its current stream (``events``); its host syncs
+counted by torch's sync debug mode (``speedlab.measure.syncs``); what amp and ``--matmul`` mean
+on the GPU of this process (``speedlab.measure.numerics``).
+
+torch is imported only when asked, and only ``memory_reserved`` is asked while CUDA may still
+be uninitialised: it never initialises it.
+"""
 
 from __future__ import annotations
 
+from speedlab.measure.devices.device import Device
 from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.machine import imported_torch
+from speedlab.measure.numerics import MATMUL_MODES, amp_choice, cuda_math, matmul_effect
+from speedlab.measure.syncs import SyncWatch
 
 
-def cuda_timeline() -> EventTimeline:
-    """The timeline of the current CUDA device: events with timing, one synchronize at the end."""
-    import torch
+class CudaDevice(Device):
+    """The current CUDA GPU. Its work is queued behind the host, so a step's edges are read
+    from CUDA events; pinned memory speeds the batch's copy to it.
 
-    return EventTimeline(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+    Example::
+
+        CudaDevice().timeline()  # an EventTimeline over torch.cuda.Event
+    """
+
+    type = "cuda"
+    name = "GPU"
+    asynchronous = True
+    pins_memory = True
+
+    def is_available(self) -> bool:
+        """torch's check, which may start CUDA's driver: asked where a run is being set up
+        (``default_device``), never by the sampler."""
+        import torch
+
+        return torch.cuda.is_available()
+
+    def timeline(self) -> EventTimeline:
+        """Events with timing in the current stream, one synchronize at the end."""
+        import torch
+
+        return EventTimeline(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+
+    def sync_watch(self, warmup: int) -> SyncWatch:
+        return SyncWatch(warmup)
+
+    def memory_reserved(self) -> int | None:
+        """Bytes torch's CUDA allocator holds over all GPUs, only where the user's code has
+        imported torch and CUDA is already initialised.
+
+        Checking ``torch.cuda.is_available()`` would initialise CUDA, and a process that has
+        done so cannot fork DataLoader workers or ``ddp_notebook`` ranks that use CUDA.
+        """
+        torch = imported_torch()
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
+
+    def amp(self) -> tuple[str, str]:
+        """bf16 where the GPU runs it natively, fp16 where bf16 would only be emulated."""
+        import torch
+
+        name, _, native_bf16 = cuda_math(torch)
+        chosen = amp_choice(cuda=True, native_bf16=native_bf16)
+        why = "bf16 runs natively" if native_bf16 else "bf16 would only be emulated (slow)"
+        return chosen, f"precision=amp ran as {chosen} on {name}: {why} there."
+
+    def matmul(self, level: str) -> tuple[str, bool]:
+        """cuBLAS's float32 matmuls change only where the level asks for TF32 and the GPU has
+        TF32 units (Ampere and newer)."""
+        import torch
+
+        name, tf32, native_bf16 = cuda_math(torch)
+        changes = tf32 and MATMUL_MODES[level]["cuda"] != "ieee"
+        return matmul_effect(level, (name, tf32, native_bf16), cpu_changes=False), changes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedlab.run.knobs import (
+from speedlab.results.knobs import (
     KNOBS,
     KnobError,
     Knobs,

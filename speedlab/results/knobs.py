@@ -2,14 +2,15 @@
 
 One table (``KNOBS``) drives everything a knob needs: parsing ``--option a,b`` from the magic,
 checking Python values, the panel's controls and ``explain``. A value the table refuses never
-reaches a run.
+reaches a run. It is plain Python at the bottom of the layers: a run carries its ``Knobs`` (what
+was asked, and what ran) from the probe to the store and back.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -99,7 +100,7 @@ class KnobSpec:
 
     @property
     def option(self) -> str:
-        return self.name.replace("_", "-")
+        return option_name(self.name)
 
     def check(self, value: Any) -> Any:
         try:
@@ -244,9 +245,29 @@ DATA_KNOBS = ("workers", "pin_memory", "persistent_workers", "preload", "batch_s
 on the model or the Trainer."""
 
 
+def option_name(name: str) -> str:
+    """A knob's (or run option's) name as its ``%%profile_train`` option: dashes for
+    underscores (``pin_memory`` -> ``pin-memory``)."""
+    return name.replace("_", "-")
+
+
+def knob_name(option: str) -> str:
+    """A ``%%profile_train`` option as its knob's name: ``--pin-memory`` -> ``pin_memory``."""
+    return str(option).strip().lstrip("-").replace("-", "_")
+
+
+def option_text(knob: str, *values: Any) -> str:
+    """The ``%%profile_train`` option that sets ``knob`` to ``values``: ``--batch-size 64,256``,
+    ``--trainer limit_val_batches=0.25``."""
+    text = ",".join(("on" if v else "off") if isinstance(v, bool) else str(v) for v in values)
+    if knob.startswith(TRAINER_PREFIX):
+        return f"--trainer {knob.removeprefix(TRAINER_PREFIX)}={text}"
+    return f"--{option_name(knob)} {text}"
+
+
 def explain(knob: str) -> str:
     """The teaching text for a knob: what it does, when it helps and when it does not."""
-    key = str(knob).strip().lstrip("-").replace("-", "_")
+    key = knob_name(knob)
     if key not in KNOBS:
         raise KnobError("explain", knob, "a knob: " + ", ".join(s.option for s in KNOBS.values()))
     spec = KNOBS[key]
@@ -261,11 +282,17 @@ def literal(text: str) -> Any:
         return text
 
 
+TRAINER_PREFIX = "trainer."
+"""How a Trainer argument swept with ``--trainer KEY=...`` is named among a run's knobs."""
+
+
 @dataclass(frozen=True)
-class Knobs:
+class Knobs(Mapping[str, Any]):
     """One run's knob settings; ``None`` leaves the cell's own choice in place.
 
-    ``trainer`` holds any other Trainer arguments (``--trainer KEY=V``).
+    ``trainer`` holds any other Trainer arguments (``--trainer KEY=V``). Knobs also read as a
+    mapping of the settings made (``knobs["workers"]``, ``knobs.get("trainer.max_epochs")``):
+    the knobs that are set, each Trainer argument as ``trainer.<name>``.
     """
 
     precision: str | None = None
@@ -296,13 +323,47 @@ class Knobs:
             for f in fields(self)
             if f.name != "trainer" and getattr(self, f.name) is not None
         }
-        out.update({f"trainer.{k}": v for k, v in self.trainer.items()})
+        out.update({f"{TRAINER_PREFIX}{k}": v for k, v in self.trainer.items()})
         return out
+
+    to_dict = as_dict
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any]) -> Knobs:
+        """Knobs from their mapping form (``as_dict()``), each value checked again."""
+        trainer = {
+            k.removeprefix(TRAINER_PREFIX): v
+            for k, v in settings.items()
+            if k.startswith(TRAINER_PREFIX)
+        }
+        unknown = set(settings) - set(KNOBS) - {f"{TRAINER_PREFIX}{k}" for k in trainer}
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise KnobError(option_name(bad), settings[bad], "a known knob: " + ", ".join(KNOBS))
+        return cls(**{k: v for k, v in settings.items() if k in KNOBS}, trainer=trainer)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self.as_dict() == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"Knobs({settings})"
 
 
 def parse_list(option: str, text: str) -> list[Any]:
     """``--workers 0,2,auto`` -> ``[0, 2, 'auto']``, each value checked."""
-    spec = KNOBS[option.replace("-", "_")]
+    spec = KNOBS[knob_name(option)]
     values = [v.strip() for v in str(text).split(",")]
     if not all(values):
         raise KnobError(spec.option, text, f"a comma-separated list of values: {spec.allowed}")
@@ -332,7 +393,7 @@ def sweep_plan(
     lists = [as_list(knob_values[n]) for n in names] + [as_list(trainer_values[k]) for k in keys]
     for name, values in zip(names + keys, lists):
         if not values:
-            raise KnobError(name.replace("_", "-"), "[]", "at least one value")
+            raise KnobError(option_name(name), "[]", "at least one value")
     plan = []
     for combo in itertools.product(*lists):
         settings = dict(zip(names, combo[: len(names)]))

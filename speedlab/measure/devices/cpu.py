@@ -1,0 +1,36 @@
+"""The CPU: synchronous (the host's clock is the device's), and what amp and ``--matmul`` mean
+on it. Nothing here touches CUDA."""
+
+from __future__ import annotations
+
+from speedlab.measure.devices.device import Device
+from speedlab.measure.numerics import amp_choice, cpu_matmul_changes, matmul_effect
+
+
+class CpuDevice(Device):
+    """The host's CPU: its steps are timed by the host's clock, and pinned memory does nothing
+    there (there is no copy to a device to speed up).
+
+    Example::
+
+        CpuDevice().amp()[0]  # "bf16-mixed"
+    """
+
+    type = "cpu"
+    name = "cpu"
+
+    def is_available(self) -> bool:
+        return True
+
+    def amp(self) -> tuple[str, str]:
+        chosen = amp_choice(cuda=False, native_bf16=False)
+        return chosen, (
+            f"precision=amp ran as {chosen}: without a CUDA GPU, bf16 autocast on the CPU is the "
+            "only mixed precision (fp16 AMP is GPU-only)."
+        )
+
+    def matmul(self, level: str) -> tuple[str, bool]:
+        """Measured on this CPU (``cpu_matmul_changes``): oneDNN takes a reduced precision only
+        where the CPU has the unit."""
+        changes = cpu_matmul_changes(level)
+        return matmul_effect(level, None, cpu_changes=changes), changes

@@ -1,0 +1,75 @@
+"""What differs by device, behind one small interface: the probe, the run and the texts ask it.
+
+A device is one module beside this one (``cpu.py``, ``cuda.py``) and one entry in the registry
+(``speedlab.measure.devices.DEVICES``), as Lightning's accelerators are. Asking a device anything
+must not initialise another: a CPU device never touches CUDA, whose initialisation breaks
+fork-based DataLoader workers and ``ddp_notebook`` ranks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from speedlab.measure.devices.events import EventTimeline
+    from speedlab.measure.syncs import SyncWatch
+
+
+class Device(ABC):
+    """One kind of device, as ``torch.device.type`` names it.
+
+    The defaults are a synchronous device's: the host's clock is the device's, no sync watch,
+    no memory figures, and pinned memory does nothing there.
+
+    Attributes:
+        type: its ``torch.device.type`` (``"cuda"``).
+        name: what the texts call it (``"GPU"``).
+        asynchronous: whether the host queues its work and runs ahead of it, so that the host's
+            clock says when a step was queued, not when it was done (then ``timeline`` is not
+            None).
+        pins_memory: whether a DataLoader's ``pin_memory`` acts there (page-locked host memory
+            speeds the batch's copy to it).
+
+    Example::
+
+        device = device_for("cuda")
+        device.name, device.asynchronous  # ("GPU", True)
+    """
+
+    type: str
+    name: str
+    asynchronous: bool = False
+    pins_memory: bool = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(type={self.type!r}, name={self.name!r})"
+
+    @abstractmethod
+    def is_available(self) -> bool:
+        """Whether a run in this process may train on it."""
+
+    def timeline(self) -> EventTimeline | None:
+        """A new timeline of a step's edges in the device's queue; None where the host's clock
+        is the device's (a synchronous device)."""
+        return None
+
+    def sync_watch(self, warmup: int) -> SyncWatch | None:
+        """A watch that counts the host syncs of a few warm-up steps (of ``warmup``); None
+        where the device has no way to report them."""
+        return None
+
+    def memory_reserved(self) -> int | None:
+        """Bytes its allocator holds in this process; None where unknown or where finding out
+        would initialise it."""
+        return None
+
+    @abstractmethod
+    def amp(self) -> tuple[str, str]:
+        """The mixed precision ``precision=amp`` runs as there (a Lightning ``precision``), and
+        the note that says why."""
+
+    @abstractmethod
+    def matmul(self, level: str) -> tuple[str, bool]:
+        """The note on what ``--matmul level`` does there, and whether it changes float32
+        matmuls' results there."""

@@ -1,0 +1,110 @@
+"""A run's comparison with its baseline, judged once when it was measured and kept with it.
+
+The rule that judges (speedlab.analysis.compare) runs when a sweep is assembled; every view
+(tables, the panel, ``verdicts``, the report) formats the stored ``Comparison``, so a sweep
+reads the same on any machine and in any later session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from speedlab.results.codec import fields_to_plain, from_plain
+from speedlab.results.stats import Summary
+
+MIN_STEPS = 3
+"""Fewest measurements (steps, windows of steps or replicates) a throughput needs before it
+is compared."""
+SAME = "the same configuration"
+"""What ``Comparison.inert`` names when two runs differ in no knob: a user measuring the noise."""
+
+
+class Verdict(str, Enum):
+    """Whether a run is faster than its baseline beyond the noise of both."""
+
+    faster = "faster"
+    slower = "slower"
+    within_noise = "within noise"
+    too_few = "too few to tell"  # fewer than MIN_STEPS measurements: no claim either way
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TOO_FEW = Verdict.too_few.value
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Whether run ``b`` is faster or slower than run ``a`` beyond the noise of both.
+
+    ``speedup`` is b's samples/s over a's. ``significant`` when the middle halves (q1-q3) of the
+    two throughput distributions (``a`` and ``b``) do not overlap and the change is at least
+    ``needed``, which grows when other processes took CPU during the runs. ``cores`` are those
+    the runs could use. ``warnings`` say what weakens the judgement, ``noisy`` what to say of
+    b's own spread where it is wide, and ``advice`` what would give enough measurements.
+    ``inert`` names the knobs told apart where none of them acted (``SAME`` when none differ).
+    """
+
+    speedup: float
+    significant: bool
+    a: Summary
+    b: Summary
+    warnings: tuple[str, ...] = ()
+    advice: str | None = None
+    inert: tuple[str, ...] = ()
+    needed: float = 0.0
+    cores: int | None = None
+    noisy: str | None = None
+
+    @property
+    def enough(self) -> bool:
+        return min(self.a.n, self.b.n) >= MIN_STEPS
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.inert:
+            return Verdict.within_noise
+        if not self.enough:
+            return Verdict.too_few
+        if not self.significant:
+            return Verdict.within_noise
+        return Verdict.faster if self.speedup > 1 else Verdict.slower
+
+    @property
+    def decided(self) -> bool:
+        """Whether the verdict is faster or slower, not within noise or too few to tell."""
+        return self.verdict in (Verdict.faster, Verdict.slower)
+
+    def to_dict(self) -> dict[str, Any]:
+        return fields_to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        return from_plain(cls, data)
+
+    def __str__(self) -> str:
+        speedup = f"{self.speedup:.2f}x"
+        if self.inert == (SAME,):
+            return (
+                f"{speedup}, {self.verdict}: the same configuration ran twice, so the "
+                "difference is the machine's"
+            )
+        if self.inert:
+            return (
+                f"{speedup}, {self.verdict}: {', '.join(self.inert)} changed nothing "
+                "in what was computed here, so the difference is the machine's"
+            )
+        if not self.enough:
+            return (
+                f"{speedup}, {TOO_FEW} ({self.a.n} and {self.b.n} measurements, "
+                f"{MIN_STEPS} needed: {self.advice})"
+            )
+        spread = (
+            f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
+            " samples/s"
+        )
+        return f"{speedup}, {self.verdict} ({spread})"

@@ -1,0 +1,156 @@
+"""speedlab.measure.devices.cuda: a CUDA GPU's timeline, sync watch, memory, amp and ``--matmul``,
+checked with a fake torch.cuda where no GPU is needed, and on the GPU in the gpu-marked tests."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from speedlab.measure.devices import CudaDevice, cuda
+from speedlab.measure.numerics import MATMUL_LEVELS, MATMUL_MODES
+from speedlab.measure.syncs import WATCH_STEPS, SyncWatch
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+A100 = ("NVIDIA A100", True, True)  # cuda_math: name, TF32 units, native bf16
+T4 = ("Tesla T4", False, False)
+
+
+class FakeEvent:
+    """``torch.cuda.Event``'s timing part, stamped when recorded from a clock the test moves."""
+
+    clock = 0.0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.stamp: float | None = None
+
+    def record(self) -> None:
+        self.stamp = FakeEvent.clock
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.stamp - self.stamp) * 1e3
+
+
+def test_a_gpu_is_asynchronous_and_pinned_memory_speeds_its_copies() -> None:
+    gpu = CudaDevice()
+    assert (gpu.type, gpu.name, gpu.asynchronous, gpu.pins_memory) == ("cuda", "GPU", True, True)
+
+
+@pytest.mark.parametrize("available", [True, False])
+def test_a_gpu_is_available_where_torch_says_so(
+    monkeypatch: pytest.MonkeyPatch, available: bool
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    assert CudaDevice().is_available() is available
+
+
+def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    synchronized: list[bool] = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synchronized.append(True))
+    timeline = CudaDevice().timeline()
+    records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
+    for point, at in [("origin", 0.0), ("fetched", 0.010), ("start", 0.012), ("end", 0.032)]:
+        FakeEvent.clock = at
+        timeline.mark(0, point)
+    FakeEvent.clock = 0.033
+    timeline.mark(0, "close")
+    timeline.resolve(records, wait=True)
+    assert synchronized == [True]  # one synchronize, at the end
+    expected = {"data_time": 0.012, "copy_time": 0.002, "batch_time": 0.020, "wall": 0.033}
+    assert records == {key: [pytest.approx(value)] for key, value in expected.items()}
+
+
+def test_its_host_syncs_are_watched_over_a_few_warmup_steps() -> None:
+    watch = CudaDevice().sync_watch(warmup=10)
+    assert isinstance(watch, SyncWatch) and watch.steps == range(1, 1 + WATCH_STEPS)
+
+
+def fake_torch(initialized: bool, reserved: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(
+        cuda=SimpleNamespace(
+            is_initialized=lambda: initialized,
+            device_count=lambda: len(reserved),
+            memory_reserved=lambda i: reserved[i],
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("torch_module", "held"),
+    [
+        (None, None),  # the user's code has not imported torch: nothing is imported to tell
+        (fake_torch(False, [5]), None),  # CUDA not initialised: asking would initialise it
+        (fake_torch(True, [2**30, 2**20]), 2**30 + 2**20),  # every GPU's allocator
+    ],
+)
+def test_memory_is_read_only_where_cuda_is_initialised(
+    monkeypatch: pytest.MonkeyPatch, torch_module: SimpleNamespace | None, held: int | None
+) -> None:
+    monkeypatch.setattr(cuda, "imported_torch", lambda: torch_module)
+    assert CudaDevice().memory_reserved() == held
+
+
+@pytest.mark.parametrize(
+    ("math", "chosen", "why"),
+    [
+        (A100, "bf16-mixed", "bf16 runs natively"),
+        (T4, "16-mixed", "bf16 would only be emulated (slow)"),
+    ],
+)
+def test_amp_is_the_gpus_native_mixed_precision(
+    monkeypatch: pytest.MonkeyPatch, math: tuple[str, bool, bool], chosen: str, why: str
+) -> None:
+    monkeypatch.setattr(cuda, "cuda_math", lambda torch: math)
+    assert CudaDevice().amp() == (
+        chosen,
+        f"precision=amp ran as {chosen} on {math[0]}: {why} there.",
+    )
+
+
+@pytest.mark.parametrize("level", MATMUL_LEVELS)
+@pytest.mark.parametrize("math", [A100, T4])
+def test_a_matmul_level_changes_float32_matmuls_only_in_tf32_on_ampere(
+    monkeypatch: pytest.MonkeyPatch, level: str, math: tuple[str, bool, bool]
+) -> None:
+    monkeypatch.setattr(cuda, "cuda_math", lambda torch: math)
+    note, changes = CudaDevice().matmul(level)
+    tf32 = MATMUL_MODES[level]["cuda"] == "tf32"
+    assert changes == (math[1] and tf32)
+    assert note.startswith(f"matmul={level}") and math[0] in note
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_on_this_gpu_the_timeline_reads_the_gpus_work() -> None:
+    timeline = CudaDevice().timeline()
+    records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
+    x = torch.randn(2048, 2048, device="cuda")
+    for point in ("origin", "fetched", "start"):
+        timeline.mark(0, point)
+    for _ in range(20):
+        x = x @ x
+        x /= x.norm()
+    timeline.mark(0, "end")
+    timeline.mark(0, "close")
+    timeline.resolve(records, wait=True)
+    assert records["batch_time"][0] > 0 and records["wall"][0] >= records["batch_time"][0]
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_on_this_gpu_amp_follows_its_capability_and_memory_is_read() -> None:
+    gpu = CudaDevice()
+    assert gpu.is_available()
+    chosen, note = gpu.amp()
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    assert chosen == ("bf16-mixed" if native else "16-mixed")
+    assert torch.cuda.get_device_name() in note
+    held = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    assert gpu.memory_reserved() >= held.numel()

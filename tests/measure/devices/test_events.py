@@ -1,0 +1,65 @@
+"""speedlab.measure.devices.events: a step's figures from events in a device's queue, checked on a
+simulated asynchronous device (the real CUDA events run in tests/measure/devices/test_cuda.py's
+gpu-marked tests)."""
+
+from __future__ import annotations
+
+from speedlab.measure.devices.events import EventTimeline
+from tests.simulated_device import STEP_S, SimulatedDevice, device_work
+
+
+def step_records(steps: int) -> dict[str, list]:
+    """What the probe records from the host's clock, before the device's figures replace them."""
+    return {key: [0.0] * steps for key in ("data_time", "copy_time", "batch_time", "wall")}
+
+
+def test_a_steps_figures_are_the_devices_work_not_the_hosts_queueing() -> None:
+    device = SimulatedDevice()
+    timeline = EventTimeline(device.event, device.synchronize)
+    records = step_records(6)
+    for step in range(6):
+        timeline.mark(step, "origin")
+        device.launch(STEP_S / 2)  # the copy of the step's batch
+        timeline.mark(step, "fetched")
+        device.launch(STEP_S / 2)
+        timeline.mark(step, "start")
+        device.launch(STEP_S)
+        timeline.mark(step, "end")
+        timeline.mark(step, "close")
+        timeline.resolve(records)
+    assert records["batch_time"][-1] == 0.0  # the device is behind: not resolved yet
+    timeline.resolve(records, wait=True)
+    assert device_work(records["batch_time"])
+    assert device_work([2 * c for c in records["copy_time"]])  # half a step's work
+    assert device_work(records["data_time"])  # the copy and the work queued before the step
+    assert device_work([w / 2 for w in records["wall"]])
+
+
+def test_validation_inside_a_step_is_left_out_of_its_wall() -> None:
+    device = SimulatedDevice()
+    timeline = EventTimeline(device.event, device.synchronize)
+    records = step_records(1)
+    for point, work in [("origin", 0), ("fetched", 0), ("start", STEP_S), ("end", 0)]:
+        timeline.mark(0, point)
+        device.launch(work)
+    timeline.mark(0, "val_start")
+    device.launch(5 * STEP_S)
+    for point in ("val_end", "close"):
+        timeline.mark(0, point)
+    timeline.resolve(records, wait=True)
+    assert records["wall"][0] < 2 * STEP_S < 5 * STEP_S
+
+
+def test_a_step_that_raised_before_it_was_recorded_is_dropped() -> None:
+    device = SimulatedDevice()
+    timeline = EventTimeline(device.event, device.synchronize)
+    records = step_records(1)
+    for step in range(2):  # step 1 is stamped, then raises before the probe records it
+        for point in ("origin", "fetched", "start"):
+            timeline.mark(step, point)
+        device.launch(0.005)
+        timeline.mark(step, "end")
+        timeline.mark(step, "close")
+    timeline.mark(2, "origin")  # the next step began waiting, and never got its batch
+    timeline.resolve(records, wait=True)
+    assert len(records["batch_time"]) == 1 and records["batch_time"][0] > 0.004

@@ -1,0 +1,71 @@
+"""What ran: a knob that could not act is labelled, compared and diagnosed by the value in force."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from speedlab.api import profile_train
+from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
+from speedlab.results.comparison import Verdict
+
+
+class OwnLoader(DataLoader):
+    """A DataLoader subclass, as LitData's StreamingDataLoader is: speedlab does not rebuild it."""
+
+
+def train_with(loader_class: type[DataLoader]) -> None:
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+    loader = loader_class(KnownCostDataset(400, sleep_s=0.001), batch_size=8)
+    trainer.fit(KnownCostModel(step_s=0.002), loader)
+
+
+def test_workers_on_a_loader_that_is_not_rebuilt_ran_as_the_cell_made_them() -> None:
+    sweep = profile_train(
+        lambda: train_with(OwnLoader), workers=[0, 2], steps=20, live=False, store=False
+    )
+    base, two = sweep.runs
+    assert two.knobs["workers"] == 2 and two.ran["workers"] == 0
+    assert two.loader_workers() == 0  # the doctor reads what ran
+    assert two.label(base) == "workers=2 (ran 0)"
+    assert two.ran_otherwise == {"workers": 0}
+    assert two.comparison.inert == ("workers=0/2",)
+    assert two.comparison.verdict is Verdict.within_noise
+    assert "workers=2 (ran 0)" in str(sweep)
+    assert any("not applied" in note for note in two.notes)
+
+
+def test_a_rebuilt_loader_runs_the_workers_asked_for() -> None:
+    sweep = profile_train(
+        lambda: train_with(DataLoader), workers=[0, 2], steps=20, live=False, store=False
+    )
+    base, two = sweep.runs
+    assert two.ran["workers"] == 2 and two.loader_workers() == 2
+    assert two.label(base) == "workers=2" and two.ran_otherwise == {}
+    assert two.comparison.inert == ()
+
+
+def test_pinned_memory_without_a_gpu_ran_unpinned_and_is_within_noise() -> None:
+    # The cell trains on the CPU (accelerator="cpu") on any machine: nothing to copy to.
+    sweep = profile_train(
+        lambda: train_with(DataLoader), pin_memory=[False, True], steps=20, live=False, store=False
+    )
+    base, pinned = sweep.runs
+    assert pinned.knobs["pin_memory"] is True and pinned.ran["pin_memory"] is False
+    assert pinned.label(base) == "pin_memory=on (ran off)"
+    assert pinned.comparison.verdict is Verdict.within_noise
+
+
+def test_a_compile_that_compiled_nothing_the_step_ran_is_shown_as_off() -> None:
+    from tests.run.test_compiling import OwnWeightStep
+
+    def train() -> None:
+        trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(OwnWeightStep(), DataLoader(KnownCostDataset(200, sleep_s=0.0), batch_size=8))
+
+    sweep = profile_train(train, compile=["off", "on"], steps=12, live=False, store=False)
+    plain, compiled = sweep.runs
+    assert compiled.ran["compile"] == "off"
+    assert compiled.label(plain) == "compile=on (ran off)"
+    assert compiled.comparison.verdict is Verdict.within_noise
+    assert any("ran nothing compiled" in note for note in compiled.notes)
