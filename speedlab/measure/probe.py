@@ -39,11 +39,10 @@ from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
-from speedlab.results.run import Phase, RunResult, empty_records
+from speedlab.results.run import STEP_PHASES, Phase, RunResult, empty_records
 from speedlab.results.system import SystemSummary
 
 FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
-STEP_PHASES = (Phase.compile, Phase.epoch_start, Phase.warmup, Phase.steady)  # a step's phases
 BATCH_ACTION = "run_training_batch"
 
 _perf = time.perf_counter

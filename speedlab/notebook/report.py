@@ -1,11 +1,13 @@
 """A run's report in words: its figures, phases, system use, ranks and notes.
 
-``RunResult.report()`` (and so the result's display) hands over to ``run_report``; with several
-ranks it adds the rank table and the run's findings, which say what only ranks show.
+``RunResult.report()`` (and so the result's display) hands over to ``run_report``, which adds
+the findings that only several ranks show (read from the ranks' own records, so a bare probe's
+result in a script shows them too).
 """
 
 from __future__ import annotations
 
+from speedlab.analysis.ranks import rank_findings
 from speedlab.notebook.tables import rank_table
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt
@@ -37,7 +39,7 @@ def run_report(run: RunResult) -> str:
         lines.append(str(rank_table(run)))
     lines += [f"note: {n}" for n in run.notes]
     if run.ranks:
-        lines += [str(f) for f in run.diagnosis]
+        lines += [str(f) for f in rank_findings(run)]
     if run.error:
         lines.append(f"error: {run.error}")
     return "\n".join(lines)

@@ -19,6 +19,25 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+class Name(str, Enum):
+    """A closed set of names (finding kinds, verdicts, phases): each member is its text, so it
+    compares equal to it, formats as it, and is stored as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Record:
+    """A dataclass record read and written as plain data by its fields (``to_plain``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return fields_to_plain(self)
+
+    @classmethod
+    def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
+        return from_plain(cls, data)
+
+
 def to_plain(value: Any) -> Any:
     """``value`` as JSON-able data: records field by field, enums by their value."""
     if isinstance(value, Enum):

@@ -7,12 +7,9 @@ reads the same on any machine and in any later session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any
 
-from speedlab.results.codec import fields_to_plain, from_plain
+from speedlab.results.codec import Name, Record
 from speedlab.results.stats import Summary
 
 MIN_STEPS = 3
@@ -22,7 +19,7 @@ SAME = "the same configuration"
 """What ``Comparison.inert`` names when two runs differ in no knob: a user measuring the noise."""
 
 
-class Verdict(str, Enum):
+class Verdict(Name):
     """Whether a run is faster than its baseline beyond the noise of both."""
 
     faster = "faster"
@@ -30,15 +27,12 @@ class Verdict(str, Enum):
     within_noise = "within noise"
     too_few = "too few to tell"  # fewer than MIN_STEPS measurements: no claim either way
 
-    def __str__(self) -> str:
-        return self.value
-
 
 TOO_FEW = Verdict.too_few.value
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Record):
     """Whether run ``b`` is faster or slower than run ``a`` beyond the noise of both.
 
     ``speedup`` is b's samples/s over a's. ``significant`` when the middle halves (q1-q3) of the
@@ -78,13 +72,6 @@ class Comparison:
     def decided(self) -> bool:
         """Whether the verdict is faster or slower, not within noise or too few to tell."""
         return self.verdict in (Verdict.faster, Verdict.slower)
-
-    def to_dict(self) -> dict[str, Any]:
-        return fields_to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        return from_plain(cls, data)
 
     def __str__(self) -> str:
         speedup = f"{self.speedup:.2f}x"

@@ -6,16 +6,14 @@ and the run store keeps, so it lives here with the other results.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from speedlab.results.codec import fields_to_plain, from_plain
+from speedlab.results.codec import Name, Record
 from speedlab.results.knobs import option_text
 
 
-class Kind(str, Enum):
+class Kind(Name):
     """Every kind of finding, in the doctor's order: findings are listed, and autotune tries
     their knobs, in this order (a triage: what blocks or distorts the others first), then by
     severity. ``verdict`` is the per-sweep summary; ``notebook_trap`` covers worker set-ups that
@@ -36,19 +34,13 @@ class Kind(str, Enum):
     compile_payback = "compile_payback"
     preload_payback = "preload_payback"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Severity(str, Enum):
+class Severity(Name):
     """How much a finding matters, most first."""
 
     critical = "critical"
     warn = "warn"
     info = "info"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 KINDS = tuple(kind.value for kind in Kind)
@@ -56,7 +48,7 @@ SEVERITIES = tuple(severity.value for severity in Severity)
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     """One thing that limits a run, shown by its figures, with what to do about it.
 
     Args:
@@ -83,13 +75,6 @@ class Finding:
             raise ValueError(
                 f"Finding(kind={self.kind!r}, severity={self.severity!r}): unknown."
             ) from None
-
-    def to_dict(self) -> dict[str, Any]:
-        return fields_to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        return from_plain(cls, data)
 
     def __str__(self) -> str:
         tried = f" Try {option_text(self.knob, self.value)}." if self.knob else ""

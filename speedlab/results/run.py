@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
-from speedlab.results.codec import coerce, fields_to_plain, from_plain
+from speedlab.results.codec import Name, Record, coerce, fields_to_plain, from_plain
 from speedlab.results.comparison import Comparison
 from speedlab.results.findings import Finding
 from speedlab.results.knobs import Knobs
@@ -23,7 +22,7 @@ from speedlab.results.system import SystemSummary
 from speedlab.results.table import fmt
 
 
-class Phase(str, Enum):
+class Phase(Name):
     """The phase of a training step; figures are read from the ``steady`` steps."""
 
     setup = "setup"
@@ -34,11 +33,10 @@ class Phase(str, Enum):
     steady = "steady"
     validation = "validation"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 PHASES = tuple(phase.value for phase in Phase)
+STEP_PHASES = (Phase.compile, Phase.epoch_start, Phase.warmup, Phase.steady)
+"""The phases a training step is in; the others are spans outside the steps."""
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
 DEVICE_RECORD_KEYS = ("host_data_time", "copy_time")
 """Records of a run on an asynchronous device only (see ``RunResult``)."""
@@ -58,7 +56,7 @@ def empty_records() -> dict[str, list]:
 
 
 @dataclass(frozen=True)
-class RankRecord:
+class RankRecord(Record):
     """One rank of a multi-process run: its own medians and step records.
 
     ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
@@ -80,13 +78,6 @@ class RankRecord:
     error: str | None = None
     system: SystemSummary = field(default_factory=SystemSummary)
     records: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return fields_to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RankRecord:
-        return from_plain(cls, data)
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,13 @@ empty summary (``SystemSummary()``), whose figures are None.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from speedlab.results.codec import fields_to_plain, from_plain
+from speedlab.results.codec import Record
 
 
 @dataclass(frozen=True)
-class SystemSummary:
+class SystemSummary(Record):
     """A run's system figures: CPU means are time-weighted over the sampled intervals.
 
     Process CPU figures are in percent of one core (100 = one core fully busy); machine figures
@@ -43,10 +41,3 @@ class SystemSummary:
     @property
     def sampled(self) -> bool:
         return self.samples > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return fields_to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SystemSummary:
-        return from_plain(cls, data)

@@ -108,7 +108,7 @@ def test_ddp_notebook_ranks_come_back_with_job_figures_and_scaling(shell, descen
     slow = slowest_rank(two.ranks)
     assert (two.data_time, two.batch_time) == (slow.data_time, slow.batch_time)
     assert any("slowest" in n for n in two.notes) and any("all-reduce" in n for n in two.notes)
-    (item,) = scaling(sweep)
+    (item,) = scaling(sweep.runs)
     assert item.run is two and item.reference is one
     assert item.efficiency == pytest.approx(two.samples_per_s / (2 * one.samples_per_s))
     assert any(n.startswith("scaling: 2 processes") for n in two.notes)
