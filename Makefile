@@ -30,7 +30,7 @@ EDGE_TESTS   ?= tests/results tests/measure/test_ranks_exit.py tests/measure/tes
                 tests/measure/test_system.py tests/notebook/test_capture.py \
                 tests/notebook/test_tables.py tests/notebook/test_report.py \
                 tests/notebook/test_plots.py tests/test_binder.py tests/test_layout.py \
-                tests/run/test_knobs.py tests/test_cli.py
+                tests/test_cli.py
 
 # $(call on-python,X.Y,COMMAND): run COMMAND where Python X.Y is on this machine (on PATH, or
 # pyenv's); where it is not, say so and skip, except on CI, where that fails.

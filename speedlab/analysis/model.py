@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from speedlab.analysis.data import waiting_share
 from speedlab.analysis.findings import batch_size, device_name
-from speedlab.measure.numerics import cpu_has_bf16, cpu_matmul_changes
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
@@ -84,13 +83,13 @@ def model_bound(run: RunResult) -> list[Finding]:
         if not compiled:
             return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
         return [Finding("model_bound", evidence, advice, "matmul", "info", "high")]
-    bf16 = cpu_has_bf16()
-    matmul = (
-        "--matmul medium runs its larger float32 matmuls in bf16, --matmul high changes nothing "
-        "(no TF32 on this CPU); "
-        if cpu_matmul_changes("medium")
-        else "--matmul changes nothing (no TF32 or bf16 matmul units); "
-    )
+    math = run.workload.get("math", {})  # the facts of the CPU the run trained on
+    bf16 = math.get("bf16")
+    matmul = {
+        True: "--matmul medium runs its larger float32 matmuls in bf16, --matmul high changes "
+        "nothing (no TF32 on this CPU); ",
+        False: "--matmul changes nothing (no TF32 or bf16 matmul units); ",
+    }.get(math.get("matmul_medium"), "")
     advice = (
         "On this CPU: "
         + matmul
@@ -98,6 +97,8 @@ def model_bound(run: RunResult) -> list[Finding]:
             "this CPU has bf16 instructions, so --precision bf16-mixed may help. "
             if bf16
             else "it has no bf16 instructions (AVX512-BF16/AMX), so bf16-mixed is usually slower. "
+            if bf16 is False
+            else ""
         )
         + "--compile on can trim some time per step but costs tens of seconds of compiling first "
         "(compile_payback in a sweep with --compile off,on says when it pays). Beyond that: a "

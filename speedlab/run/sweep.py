@@ -20,6 +20,7 @@ from typing import Any
 
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.verdict import judge_sweep
+from speedlab.measure.devices import device_for
 from speedlab.results.knobs import (
     KNOBS,
     KnobError,
@@ -155,7 +156,7 @@ def _assemble(
     """One fit's result, built once: what the probe measured, the knobs asked and in force,
     the notes of each part, and the doctor's findings."""
     measured = fit.probe.result() if fit.probe.ran else RunResult()
-    workload = measured.workload | fit.workload()
+    workload = measured.workload | fit.workload() | {"math": device_for(measured.device).math()}
     if session.matmul_changes is not None:
         workload["matmul_changes"] = session.matmul_changes
     error = measured.error

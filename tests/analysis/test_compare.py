@@ -186,4 +186,7 @@ def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
     without, with_workers = sweep.runs
     assert [row[3] for row in sweep.table().rows] == ["-", "within noise"]
     require_quiet(without, with_workers)  # a busy machine slows the host, not only the workers
-    assert with_workers.host_data_time < without.host_data_time / 2  # the host waits less
+    # The host waits less, though not for nothing: the simulated queue never holds the host
+    # back, so it takes batches as fast as two workers make them (4 ms each), about half its
+    # wait without workers. "Under half" was a coin toss; three quarters leaves the handover.
+    assert with_workers.host_data_time < 0.75 * without.host_data_time

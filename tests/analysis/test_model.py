@@ -13,6 +13,7 @@ from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import kinds, known_cost, profile, require_quiet, the
+from tests.records import run_of
 from tests.simulated_device import fit_on_device, on_device, probe_on_simulated_device
 
 
@@ -48,3 +49,20 @@ def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> 
     assert "The host waited 1" in found.evidence and "the GPU sat idle only 0." in found.evidence
     assert "more workers or preloading would not make this run faster" in found.evidence
     assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_the_cpu_advice_is_for_the_cpu_the_run_recorded_not_the_one_reading_it(bf16) -> None:
+    """A stored run judged on another machine: its CPU's math comes from its record."""
+    run = replace(
+        run_of([0.0001] * 20, [0.02] * 20),
+        workload={"math": {"bf16": bf16, "matmul_medium": bf16}},
+    )
+    found = the(diagnose(run), "model_bound")
+    has = "this CPU has bf16 instructions" in found.advice
+    medium = "--matmul medium runs its larger float32 matmuls in bf16" in found.advice
+    assert has is bf16 and medium is bf16
+    assert ("--matmul changes nothing" in found.advice) is not bf16
+    # A run stored before it recorded them: no claim about a CPU's math either way.
+    unknown = the(diagnose(replace(run, workload={})), "model_bound")
+    assert "bf16 instructions" not in unknown.advice and "--matmul" not in unknown.advice

@@ -64,6 +64,12 @@ class Device(ABC):
         would initialise it."""
         return None
 
+    def math(self) -> dict[str, bool | None]:
+        """What its reduced-precision math can do, as facts a run records where it trained
+        (``RunResult.workload["math"]``), so the doctor's advice is for that machine; empty
+        where speedlab knows none."""
+        return {}
+
     @abstractmethod
     def amp(self) -> tuple[str, str]:
         """The mixed precision ``precision=amp`` runs as there (a Lightning ``precision``), and
