@@ -68,6 +68,10 @@ def test_it_keeps_what_helps_and_reports_the_path_with_evidence(tuned: SweepResu
     kept = tuned.best
     assert kept is not None and kept is not tuned.baseline
     assert best.startswith(f"Best configuration: {kept.label()}, {kept.samples_per_s:.1f}")
+    # Workers hide 16 ms of reads a step behind 5 ms of compute: about 1.9x here, quiet (12
+    # runs each of this tree and the last landed one: 1.54 to 2.28). A fixed figure needs the
+    # trial quiet too, as the fixture needs the baseline quiet.
+    require_quiet(tuned.runs[1])
     assert tuned.runs[1].speedup > 1.5
     assert tuned.diagnosis[0].kind == "verdict"
     assert speedlab.last is tuned
