@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("demo", help="train the image lab and show where the time goes")
     run.add_argument("--steps", type=int, default=120, help="training steps (default 120)")
     run.add_argument("--workers", type=int, default=0, help="DataLoader workers (default 0)")
-    commands.add_parser("system", help="cores, RAM, /dev/shm, GPU, torch and Lightning versions")
+    commands.add_parser(
+        "system",
+        help="cores, the CPU's bf16/AMX/AVX-512, RAM, /dev/shm, GPU and its compute capability, "
+        "torch and Lightning versions",
+    )
     past = commands.add_parser(
         "history", help="past runs from the run store; the sweep column is what load takes"
     )

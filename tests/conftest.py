@@ -159,3 +159,22 @@ def _no_leftovers(request: pytest.FixtureRequest):
         problems.append("Trainer.__init__/fit left patched")
     if problems:
         pytest.fail("; ".join(problems))
+
+
+@pytest.fixture
+def fake_cpu_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Fake the CPU's flags at their source: ``fake_cpu_flags("avx512f amx_tile")`` writes a
+    /proc/cpuinfo with that flags line (``None``: one without any, as on ARM) and points
+    speedlab at it."""
+    from speedlab.measure import numerics
+
+    def fake(flags: str | None) -> Path:
+        path = tmp_path / "cpuinfo"
+        lines = ["processor\t: 0", "model name\t: Fake CPU"]
+        if flags is not None:
+            lines.append(f"flags\t\t: fpu sse2 avx2 {flags}".rstrip())
+        path.write_text("\n".join(lines) + "\n\n")
+        monkeypatch.setattr(numerics, "CPUINFO", path)
+        return path
+
+    return fake

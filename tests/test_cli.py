@@ -61,6 +61,15 @@ def test_explain_prints_the_knobs_text(capsys) -> None:
     assert "invalid choice: 'warp-drive'" in capsys.readouterr().err
 
 
+def test_system_says_in_words_what_reduced_precision_math_the_cpu_has(
+    fake_cpu_flags, capsys
+) -> None:
+    fake_cpu_flags("avx512f avx512bw")
+    assert main(["system"]) == 0
+    out = capsys.readouterr().out
+    assert "\nCPU math           AVX-512 yes, bf16 no (no avx512_bf16 or amx_bf16), AMX no" in out
+
+
 def test_system_and_history_print(capsys) -> None:
     assert main(["system"]) == 0
     assert "cores" in capsys.readouterr().out.lower()

@@ -8,7 +8,6 @@ thresholds and the figures they read live together here.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from speedlab.analysis.compare import other_processes_cores, run_cores
@@ -82,7 +81,7 @@ def loader_busy(run: RunResult) -> float | None:
         cpu = s.workers_cpu_percent / 100 / min(workers, cores)
         making = workers_making(run)
         return min(cpu / making if making else cpu, 1.0)
-    share = waiting_share(run)
+    share = run.data_share
     if not share > 0:
         return None
     thread = s.train_thread_cpu_percent
@@ -99,25 +98,14 @@ def loader_busy(run: RunResult) -> float | None:
     return min(max(loading / share, 0.0), 1.0)
 
 
-def waiting_share(run: RunResult) -> float:
-    """The share of the steady steps' time spent waiting for data: ``data_share`` (medians),
-    or the share of the summed times where that is larger. Workers that cannot keep up hand
-    over their batches in bursts: the median step may not wait at all while the run waits
-    a third of its time."""
-    data, batch = run.steady_total("data_time"), run.steady_total("batch_time")
-    share = run.data_share
-    if math.isnan(share) or data + batch <= 0:
-        return share
-    return max(share, data / (data + batch))
-
-
-def _bursty(run: RunResult, share: float) -> bool:
-    """Whether the waits come in bursts: the waiting ``share`` well above the median step's."""
-    return share > run.data_share + DATA_SHARE_WARN / 2
+def _bursty(run: RunResult) -> bool:
+    """Whether the waits come in bursts: the run's data share well above the typical step's
+    (workers that cannot keep up hand over several batches at once, then make the loop wait)."""
+    return run.data_share > run.steady.typical_share + DATA_SHARE_WARN / 2
 
 
 def data_bound(run: RunResult) -> list[Finding]:
-    share = waiting_share(run)
+    share = run.data_share
     if not share >= DATA_SHARE_WARN:
         return []
     severity = "critical" if share >= DATA_SHARE_CRITICAL else "warn"
@@ -126,12 +114,11 @@ def data_bound(run: RunResult) -> list[Finding]:
         f"Each step waits {fmt_ms(run.data_time)} for data and computes {fmt_ms(run.batch_time)}: "
         f"data is {share:.0%} of the step."
     )
-    if _bursty(run, share):
-        mean = run.steady_total("data_time") / run.records["phase"].count("steady")
+    if _bursty(run):
         head = (
-            f"Steps wait {fmt_ms(mean)} for data on average, in bursts (the median step waits "
-            f"{fmt_ms(run.data_time)}), and compute {fmt_ms(run.batch_time)}: data is {share:.0%} of "
-            "the time."
+            f"Steps wait {fmt_ms(run.data_time)} for data on average, in bursts (the typical step "
+            f"waits {fmt_ms(run.steady.typical_data)}), and compute {fmt_ms(run.batch_time)}: "
+            f"data is {share:.0%} of the step."
         )
     copy = run.copy_time
     if copy is not None and copy >= COPY_SHARE * run.data_time:

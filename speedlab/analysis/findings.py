@@ -7,7 +7,6 @@ bottom of them, so any rule module can import it and none needs another for the 
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,12 +46,6 @@ def steady_values(run: RunResult, key: str) -> list[float]:
     """The records' ``key`` over the steady steps."""
     r = run.records
     return [v for v, p in zip(r[key], r["phase"], strict=True) if p == "steady"]
-
-
-def step_wall(run: RunResult) -> float:
-    """The median wall time of a steady step, NaN without steady steps."""
-    walls = steady_values(run, "wall")
-    return statistics.median(walls) if walls else math.nan
 
 
 def batch_size(run: RunResult) -> int:

@@ -4,7 +4,6 @@ hardware the run measured can do about it."""
 
 from __future__ import annotations
 
-from speedlab.analysis.data import waiting_share
 from speedlab.analysis.findings import batch_size, device_name
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -13,11 +12,11 @@ from speedlab.results.table import fmt_ms
 MODEL_BOUND_DATA_SHARE = 0.05
 """data share below which the model's compute is the whole step."""
 OVERHEAD_STEP_S = 0.008
-"""Median step time below which per-step overhead dominates. Lightning's fixed work per step
+"""Step time below which per-step overhead dominates. Lightning's fixed work per step
 (hooks, logging, optimizer bookkeeping, zero_grad) and kernel launches cost about 1-3 ms, so
 a step under 8 ms spends a large part of its time on them."""
 OVERHEAD_STEP_CRITICAL_S = 0.004
-"""Median step time below which overhead is most of the step (critical)."""
+"""Step time below which overhead is most of the step (critical)."""
 BATCH_SIZE_FACTOR = 4
 """How much larger a batch the doctor suggests for an overhead-bound run."""
 HIDDEN_LOADING_FACTOR = 2.0
@@ -63,7 +62,7 @@ def hidden_loading(run: RunResult) -> str:
 
 
 def model_bound(run: RunResult) -> list[Finding]:
-    if not waiting_share(run) < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
+    if not run.data_share < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
         return []
     evidence = (
         f"Data is {run.data_share:.0%} of the step: the model's compute ({fmt_ms(run.batch_time)} "

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speedlab.analysis.compare import compare
-from speedlab.analysis.findings import differs, step_wall
+from speedlab.analysis.findings import differs
 from speedlab.results.comparison import Verdict
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -55,12 +55,12 @@ def _off(value: object) -> bool:
 def up_front_cost(spec: UpFront, without: RunResult, with_knob: RunResult) -> float:
     """Seconds the knob's phase cost beyond an ordinary step."""
     cost = with_knob.phases.get(spec.knob, 0.0)
-    return max(0.0, cost - step_wall(without)) if spec.in_first_step else cost
+    return max(0.0, cost - without.step_time) if spec.in_first_step else cost
 
 
 def break_even(spec: UpFront, without: RunResult, with_knob: RunResult) -> float:
     """Steps after which the knob's up-front cost is won back (``inf``: never; 0: free)."""
-    saving = step_wall(without) - step_wall(with_knob)
+    saving = without.step_time - with_knob.step_time
     cost = up_front_cost(spec, without, with_knob)
     if compare(without, with_knob).verdict != Verdict.faster or not saving > 0:
         return math.inf
@@ -71,7 +71,7 @@ def break_even_text(steps: float, run: RunResult) -> str:
     """``steps`` in words, with the training time and epochs they stand for where known."""
     if math.isinf(steps):
         return "never: its steps are not faster here"
-    text = f"after {steps:.0f} steps ({steps * step_wall(run):.1f} s of training"
+    text = f"after {steps:.0f} steps ({steps * run.step_time:.1f} s of training"
     per_epoch = run.workload.get("epoch_steps")
     if per_epoch:
         text += f", {steps / per_epoch:.1f} epochs of {per_epoch} steps"
@@ -90,7 +90,7 @@ def _over_the_cell(spec: UpFront, without: RunResult, run: RunResult) -> str:
     planned = run.workload.get("planned_steps")
     if not planned:
         return ""
-    net = planned * (step_wall(without) - step_wall(run)) - up_front_cost(spec, without, run)
+    net = planned * (without.step_time - run.step_time) - up_front_cost(spec, without, run)
     gained = (
         f"saves about {net:.1f} s in all" if net >= 0 else f"costs {-net:.1f} s more than it saves"
     )
@@ -103,8 +103,8 @@ def _finding(spec: UpFront, without: RunResult, run: RunResult) -> Finding:
     cache = _COLD_WARM.get(run.workload.get("compile_cache", "")) if spec.knob == "compile" else ""
     evidence = (
         f"{spec.doing} cost {cost:.1f} s ({spec.when}{', with ' + cache if cache else ''}); "
-        f"steady steps take {fmt_ms(step_wall(run))} with {spec.knob}={run.knobs[spec.knob]} "
-        f"against {fmt_ms(step_wall(without))} without ({compare(without, run)})."
+        f"steady steps take {fmt_ms(run.step_time)} with {spec.knob}={run.knobs[spec.knob]} "
+        f"against {fmt_ms(without.step_time)} without ({compare(without, run)})."
     )
     if math.isinf(steps):
         advice = (

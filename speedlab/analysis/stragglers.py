@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from speedlab.analysis.data import DATA_SHARE_WARN, waiting_share
+from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.analysis.findings import rank_measured
 from speedlab.measure.ranks import slowest_rank
 from speedlab.results.findings import Finding
@@ -57,7 +57,7 @@ def worker_straggler(run: RunResult) -> list[Finding]:
         "heavier transform, a core it shares with other work). More workers dilute it; "
         "DataLoader(in_order=False) (PyTorch 2.6+) lets ready batches go first."
     )
-    severity = "warn" if waiting_share(run) >= DATA_SHARE_WARN else "info"
+    severity = "warn" if run.data_share >= DATA_SHARE_WARN else "info"
     return [Finding("straggler", evidence, advice, "workers", severity, 2 * len(made))]
 
 

@@ -39,13 +39,13 @@ BATCH_TIME_GROWTH = 0.20
 """Growth of batch_time between the fewest and the most workers of a sweep that shows the
 workers taking cores from the model."""
 STEADY = 0.10
-"""Change of a median time, either way, below which ``verdicts`` says it stayed the same."""
+"""Change of a time (data_time, batch_time), either way, below which ``verdicts`` says it stayed the same."""
 _PARTS = ("data_time", "batch_time")
 """The parts of a step whose change ``verdicts`` reports beside the throughput."""
 
 
 def _moved(name: str, before: float, after: float) -> str:
-    """How a median time moved between two runs, in words: ``data_time fell from 9.0 ms to
+    """How a time moved between two runs, in words: ``data_time fell from 9.0 ms to
     2.0 ms``."""
     if not (math.isfinite(before) and math.isfinite(after) and before > 0):
         return f"{name} {fmt_ms(before)} then {fmt_ms(after)}"

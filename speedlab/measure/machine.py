@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from speedlab.measure.numerics import cpu_math, cpu_math_text, cuda_capability_text
+
 SHM_PATH = "/dev/shm"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -84,9 +86,25 @@ class Nvml:
             return None, None
         return float(util), int(mem)
 
-    def names(self) -> list[str]:
-        names = [self._lib.nvmlDeviceGetName(h) for h in self.handles]
-        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    def gpus(self) -> list[dict[str, Any]]:
+        """Each visible GPU's name, total memory and CUDA compute capability (see
+        ``system_info``); a figure NVML cannot give is None."""
+        lib, found = self._lib, []
+        for handle in self.handles:
+            name = lib.nvmlDeviceGetName(handle)
+            memory = capability = None
+            with suppress(lib.NVMLError):
+                memory = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
+            with suppress(lib.NVMLError, AttributeError):  # older pynvml has no such call
+                capability = list(lib.nvmlDeviceGetCudaComputeCapability(handle))
+            found.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_bytes": memory,
+                    "capability": capability,
+                }
+            )
+        return found
 
     def close(self) -> None:
         if self._lib is not None:
@@ -137,7 +155,15 @@ def usable_cores() -> int:
 
 
 def system_info() -> dict[str, Any]:
-    """The static environment: cores, memory, /dev/shm, GPUs, versions, start method."""
+    """The static environment: cores and their reduced-precision math, memory, /dev/shm, GPUs,
+    versions, start method.
+
+    ``cpu_math`` is ``speedlab.measure.numerics.cpu_math`` (AVX-512, bf16, AMX from the CPU's
+    flags); ``torch_cpu_capability`` the vector instructions torch's CPU kernels use, where the
+    user's code has imported torch. Each of ``gpus`` is ``{"name", "memory_bytes",
+    "capability"}`` with the CUDA compute capability as ``[major, minor]``, None where it
+    cannot be read without initialising CUDA.
+    """
     memory = psutil.virtual_memory()
     shm = shutil.disk_usage(SHM_PATH) if os.path.isdir(SHM_PATH) else None
     _, memory_limit = cgroup_limits()
@@ -146,6 +172,8 @@ def system_info() -> dict[str, Any]:
         "cores_logical": psutil.cpu_count(logical=True),
         "cores_physical": psutil.cpu_count(logical=False),
         "cores_usable": usable_cores(),
+        "cpu_math": cpu_math(),
+        "torch_cpu_capability": _torch_cpu_capability(torch),
         "ram_total_bytes": memory.total,
         "ram_available_bytes": memory.available,
         "ram_limit_bytes": memory_limit,
@@ -157,7 +185,7 @@ def system_info() -> dict[str, Any]:
         "lightning": _version("lightning"),
         "pytorch_lightning": _version("pytorch_lightning"),
         "cuda": torch.version.cuda if torch is not None else None,
-        "gpus": _gpu_names(torch),
+        "gpus": _gpus(torch),
         "start_method": multiprocessing.get_start_method(allow_none=True)
         # The first method listed is the platform default; asking for it would fix it.
         or multiprocessing.get_all_start_methods()[0],
@@ -171,20 +199,40 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _gpu_names(torch: ModuleType | None) -> list[str]:
-    """GPU names from NVML, else from torch without initialising CUDA where possible."""
+def _torch_cpu_capability(torch: ModuleType | None) -> str | None:
+    """torch's choice of CPU kernels (``"AVX2"``, ``"AVX512"``...); None without torch."""
+    capability = getattr(getattr(torch, "backends", None), "cpu", None)
+    return capability.get_cpu_capability() if capability is not None else None
+
+
+def _gpus(torch: ModuleType | None) -> list[dict[str, Any]]:
+    """The visible GPUs from NVML, else from torch without initialising CUDA: where CUDA has
+    not started, torch gives their count only."""
     nvml = Nvml()
     try:
         if nvml.handles:
-            return nvml.names()
+            return nvml.gpus()
     finally:
         nvml.close()
     if torch is None:
         return []
     count = torch.cuda.device_count()  # uses NVML when it can, so it does not initialise CUDA
-    if torch.cuda.is_initialized():
-        return [torch.cuda.get_device_name(i) for i in range(count)]
-    return [f"CUDA device {i}" for i in range(count)]
+    if not torch.cuda.is_initialized():
+        return [
+            {"name": f"CUDA device {i}", "memory_bytes": None, "capability": None}
+            for i in range(count)
+        ]
+    found = []
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        found.append(
+            {
+                "name": props.name,
+                "memory_bytes": int(props.total_memory),
+                "capability": [props.major, props.minor],
+            }
+        )
+    return found
 
 
 def format_bytes(n: float | None) -> str:
@@ -200,15 +248,19 @@ def format_system_info(info: dict[str, Any]) -> str:
     """Readable lines for `%speedlab system`."""
     limit = info.get("ram_limit_bytes")
     shm_total = info.get("shm_total_bytes")
-    gpus = ", ".join(info.get("gpus") or []) or "none"
+    gpus = "; ".join(_gpu_text(gpu) for gpu in info.get("gpus") or []) or "none"
     if info.get("cuda"):
         gpus += f" (torch built for CUDA {info['cuda']})"
+    cpu_words = cpu_math_text(info.get("cpu_math") or {})
+    if info.get("torch_cpu_capability"):
+        cpu_words += f"; torch's CPU kernels use {info['torch_cpu_capability']}"
     rows = [
         (
             "CPU cores",
             f"{info['cores_logical']} logical, {info['cores_physical'] or '?'} physical, "
             f"{info['cores_usable']} usable by this process",
         ),
+        ("CPU math", cpu_words),
         (
             "RAM",
             f"{format_bytes(info['ram_total_bytes'])} total, "
@@ -230,3 +282,13 @@ def format_system_info(info: dict[str, Any]) -> str:
     ]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _gpu_text(gpu: dict[str, Any]) -> str:
+    """One GPU of ``system_info``: its name, memory and compute capability, where known."""
+    words = [gpu["name"]]
+    if gpu.get("memory_bytes"):
+        words.append(format_bytes(gpu["memory_bytes"]))
+    if gpu.get("capability"):
+        words.append(cuda_capability_text(*gpu["capability"]))
+    return ", ".join(words)

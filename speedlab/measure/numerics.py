@@ -69,18 +69,76 @@ def cpu_matmul_changes(level: str, size: int = 256) -> bool:
         torch.set_float32_matmul_precision(before)
 
 
-@cache
-def cpu_has_bf16() -> bool | None:
-    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX); None where unknown."""
+CPUINFO = Path("/proc/cpuinfo")
+CPU_MATH_FLAGS = {
+    "avx512": ("avx512f",),
+    "bf16": ("avx512_bf16", "amx_bf16"),
+    "amx": ("amx_tile",),
+}
+"""Each fact of ``cpu_math`` and the x86 flags (``/proc/cpuinfo``) of which any one makes it
+true: AVX-512's foundation; bf16 instructions (AVX512-BF16, or AMX's bf16 tiles), without
+which bf16 math is converted to float32 and usually runs slower than float32 itself; AMX's
+matrix tiles (Intel Sapphire Rapids and newer)."""
+_CPU_MATH_NAMES = {"avx512": "AVX-512", "bf16": "bf16", "amx": "AMX"}
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """The CPU's x86 feature flags from ``/proc/cpuinfo``; None where there are none to read
+    (not Linux, or a CPU that lists no ``flags`` line, such as ARM)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = CPUINFO.read_text()
     except OSError:
         return None
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
-        [],
+    return next(
+        (
+            frozenset(line.split(":", 1)[1].split())
+            for line in text.splitlines()
+            if line.split(":", 1)[0].strip() == "flags"
+        ),
+        None,
     )
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def cpu_math() -> dict[str, bool | None]:
+    """Which reduced-precision math this CPU has (the keys of ``CPU_MATH_FLAGS``), from its
+    flags; each None where the flags are unknown. Needs no torch."""
+    flags = cpu_flags()
+    return {
+        fact: None if flags is None else bool(flags.intersection(names))
+        for fact, names in CPU_MATH_FLAGS.items()
+    }
+
+
+def cpu_math_text(math: dict[str, bool | None]) -> str:
+    """``cpu_math``'s facts in plain words: ``AVX-512 yes, bf16 no (no avx512_bf16 or amx_bf16),
+    AMX no``; a bf16 that is absent names the flags it needs."""
+    if all(math.get(fact) is None for fact in CPU_MATH_FLAGS):
+        return "unknown (no x86 flags in /proc/cpuinfo)"
+    words = []
+    for fact, flags in CPU_MATH_FLAGS.items():
+        have = math.get(fact)
+        answer = "unknown" if have is None else "yes" if have else "no"
+        if fact == "bf16" and have is False:
+            answer += f" (no {' or '.join(flags)})"
+        words.append(f"{_CPU_MATH_NAMES[fact]} {answer}")
+    return ", ".join(words)
+
+
+TENSOR_CORES_MAJOR = 7
+"""Compute capability from which an NVIDIA GPU has tensor cores (fp16, Volta)."""
+AMPERE_MAJOR = 8
+"""Compute capability from which an NVIDIA GPU has TF32 units and runs bf16 natively (Ampere)."""
+
+
+def cuda_capability_text(major: int, minor: int) -> str:
+    """A CUDA compute capability and the reduced-precision math it brings, in plain words."""
+    if major >= AMPERE_MAJOR:
+        math = "bf16 and TF32 native"
+    elif major >= TENSOR_CORES_MAJOR:
+        math = "fp16 tensor cores, no native bf16 or TF32"
+    else:
+        math = "no tensor cores"
+    return f"compute capability {major}.{minor} ({math})"
 
 
 def cuda_math(torch: Any) -> tuple[str, bool, bool]:
@@ -88,7 +146,7 @@ def cuda_math(torch: Any) -> tuple[str, bool, bool]:
     (both from Ampere on; ``is_bf16_supported()`` alone also counts emulation, which is slow)."""
     major, _ = torch.cuda.get_device_capability()
     native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-    return torch.cuda.get_device_name(), major >= 8, native_bf16
+    return torch.cuda.get_device_name(), major >= AMPERE_MAJOR, native_bf16
 
 
 def amp_choice(cuda: bool, native_bf16: bool) -> str:

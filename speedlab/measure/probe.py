@@ -40,6 +40,7 @@ from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
 from speedlab.results.run import STEP_PHASES, Phase, RunResult, empty_records
+from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
 
 FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
@@ -93,9 +94,8 @@ def loader_facts(loaders: Any) -> dict[str, Any]:
     (``loader_workers``), and where they agree, whether they pin memory and keep their workers
     between epochs, and their batch size."""
     flat = each_loader(loaders)
-    facts: dict[str, Any] = {
-        "loader_workers": sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
-    }
+    workers = sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
+    facts: dict[str, Any] = {"loader_workers": workers}
     for fact, attribute in (
         ("loader_pin_memory", "pin_memory"),
         ("loader_persistent_workers", "persistent_workers"),
@@ -377,9 +377,9 @@ class _SpeedProbeCore:
             self._losses.append((index, self._last_loss))
         if not trainer.loggers:
             return
-        n = self.log_every_n_steps
-        recent = {k: sorted(self.records[k][-n:]) for k in ("data_time", "batch_time")}
-        metrics = {f"speedlab/{k}": v[len(v) // 2] for k, v in recent.items()}
+        n, workers = self.log_every_n_steps, self._workload.get("loader_workers", 0)
+        recent = steady(self.records, range(index + 1)[-n:], workers)
+        metrics = {f"speedlab/{k}": getattr(recent, k) for k in ("data_time", "batch_time")}
         metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
@@ -468,8 +468,8 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
     """Lightning Callback recording data_time and batch_time of every training step.
 
     Works with ``lightning.pytorch`` and ``pytorch_lightning`` Trainers alike, beside any user
-    profiler or callbacks, and logs ``speedlab/data_time`` and ``speedlab/batch_time`` (medians
-    of the last N steps) to the Trainer's loggers.
+    profiler or callbacks, and logs ``speedlab/data_time`` and ``speedlab/batch_time`` (the last N
+    steps' figures, by the rule of a run's: speedlab.results.steady) to the Trainer's loggers.
 
     Args:
         warmup: steps at the start of the fit left out of the steady-state figures.

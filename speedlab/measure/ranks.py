@@ -117,8 +117,8 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 def _steady_or_all(phases: Sequence[str]) -> list[int]:
@@ -127,7 +127,8 @@ def _steady_or_all(phases: Sequence[str]) -> list[int]:
 
 
 def rank_entry(payload: dict[str, Any]) -> RankRecord:
-    """One ``RunResult.ranks`` entry from a rank's payload: its medians and its step records.
+    """One ``RunResult.ranks`` entry from a rank's payload: its figures (by the rule of
+    ``RunResult.steady``: averages over the counted steady steps) and its step records.
 
     ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
     would take if no rank waited for another.
@@ -137,8 +138,8 @@ def rank_entry(payload: dict[str, Any]) -> RankRecord:
     sync = payload.get("sync_time")
     records = {key: list(r[key]) for key in STEP_KEYS if key != "sync_time"}
     records["sync_time"] = list(sync) if sync is not None else None
-    steady = _steady_or_all(r["phase"])
-    own = [r["data_time"][i] + r["batch_time"][i] - (sync[i] if sync else 0.0) for i in steady]
+    steady = list(result.steady.steps) or _steady_or_all(r["phase"])
+    own = [r["wall"][i] - (sync[i] if sync else 0.0) for i in steady]
     return RankRecord(
         rank=payload["rank"],
         host=payload["host"],
@@ -148,8 +149,8 @@ def rank_entry(payload: dict[str, Any]) -> RankRecord:
         samples_per_s=_number(result.samples_per_s),
         data_time=_number(result.data_time),
         batch_time=_number(result.batch_time),
-        sync_time=_median([sync[i] for i in steady]) if sync else None,
-        work_time=_median(own),
+        sync_time=_mean([sync[i] for i in steady]) if sync else None,
+        work_time=_mean(own),
         data_share=_number(result.data_share),
         error=payload.get("error"),
         system=result.system,

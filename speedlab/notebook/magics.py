@@ -147,7 +147,8 @@ class SpeedlabMagics(Magics):
         - ``load SWEEP``: a stored sweep, shown as it was when it ran; it becomes
           ``speedlab.last`` (so ``%speedlab doctor`` reads it). In Python: ``speedlab.load(SWEEP)``.
         - ``explain KNOB``: what a knob does, when it helps and when it does not.
-        - ``system``: cores, RAM, /dev/shm, the CPU's features, GPU, torch and Lightning versions.
+        - ``system``: cores, the CPU's bf16/AMX/AVX-512, RAM, /dev/shm, GPU and its compute
+          capability, torch and Lightning versions.
 
         Example::
 

@@ -3,6 +3,13 @@
 Figures are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so they
 render with the Agg backend anywhere (scripts, tests, notebooks) and leave no global figure
 state behind. Matplotlib loads on the first chart, not on ``import speedlab``.
+
+A figure made outside pyplot shows in a notebook only as ``<Figure size ... with 2 Axes>``
+unless IPython's inline backend registered its image printer for ``Figure`` (``%matplotlib
+inline``, or once pyplot loaded its backend). So the charts are a ``Chart``: a ``Figure`` whose
+``_repr_png_`` draws it, which IPython's PNG formatter calls when no printer is registered for
+figures. When one is, that printer wins over ``_repr_png_`` and draws it instead: one image
+either way, and none twice, as pyplot's end-of-cell display only shows pyplot's own figures.
 """
 
 from __future__ import annotations
@@ -78,9 +85,36 @@ def overlap(a: list[Span], b: list[Span]) -> float:
 
 
 def _new_figure(width: float, height: float) -> Figure:
+    return _chart_class()(figsize=(width, height), layout="constrained")
+
+
+def _chart_class() -> type[Figure]:
+    """The ``Chart`` class, defined on the first chart so that matplotlib loads only then."""
+    chart = globals().get("Chart")
+    if chart is not None:
+        return chart
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    class Chart(Figure):
+        """A matplotlib ``Figure`` that a notebook shows as an image, without ``%matplotlib``."""
+
+        def _repr_png_(self) -> bytes | None:
+            """The figure as PNG, drawn as the inline backend draws figures (tight bounding box)."""
+            if not self.axes:
+                return None
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", dpi=self.dpi, bbox_inches="tight")
+            return buffer.getvalue()
+
+    Chart.__qualname__ = "Chart"  # where pickle finds it (in a fresh process: via __getattr__)
+    globals()["Chart"] = Chart
+    return Chart
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Chart":
+        return _chart_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _ms(seconds: float) -> float:
@@ -90,7 +124,7 @@ def _ms(seconds: float) -> float:
 def sweep_figure(sweep: SweepResult) -> Figure:
     """Per run: a stacked bar of data_time and batch_time (ms per step) and samples/s.
 
-    Steady-state medians. samples/s carries its spread as an error bar (the interquartile range
+    Steady-state averages (speedlab.results.steady). samples/s carries its spread as an error bar (the interquartile range
     over the steps, or over the repeats with ``--repeat``) and the speedup over the baseline as
     text.
     """
@@ -105,7 +139,7 @@ def sweep_figure(sweep: SweepResult) -> Figure:
     times.barh(rows, batch, left=data, color=COLORS["batch"], label=LABELS["batch"])
     times.set_yticks(rows, labels)
     times.invert_yaxis()
-    times.set_xlabel("time per step (ms, median of steady-state steps)")
+    times.set_xlabel("time per step (ms, average of steady-state steps)")
     times.set_title("Where a step's time goes")
 
     speeds = [run.samples_per_s if math.isfinite(run.samples_per_s) else 0.0 for run in runs]

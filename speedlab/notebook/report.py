@@ -14,14 +14,19 @@ from speedlab.results.table import fmt
 
 
 def run_report(run: RunResult) -> str:
-    """Medians with p10/p90, share, throughput, phases, system; with several ranks, the rank
-    table and the findings only they show."""
+    """The steady figures (averages, with p10/p90 beside them), share, throughput, phases,
+    system; with several ranks, the rank table and the findings only they show."""
     d, b = run.data_summary, run.batch_summary
+
+    def ms(x: float) -> str:
+        return fmt(x, ".2f", scale=1e3)
+
     lines = [
         f"samples/s     {fmt(run.samples_per_s, '.1f')}   ({run.samples} samples in {run.steps} steps)",
-        f"data_time     {fmt(d.median, '.2f', scale=1e3)} ms median   (p10 {fmt(d.p10, '.2f', scale=1e3)}, p90 {fmt(d.p90, '.2f', scale=1e3)})",
-        f"batch_time    {fmt(b.median, '.2f', scale=1e3)} ms median   (p10 {fmt(b.p10, '.2f', scale=1e3)}, p90 {fmt(b.p90, '.2f', scale=1e3)})",
-        "              p10/p90: a tenth of the steady steps took less than p10, a tenth more than p90",
+        f"data_time     {ms(run.data_time)} ms average   (p10 {ms(d.p10)}, p90 {ms(d.p90)})",
+        f"batch_time    {ms(run.batch_time)} ms average   (p10 {ms(b.p10)}, p90 {ms(b.p90)})",
+        "              averages over the steady steps, pauses left out; p10/p90: a tenth of the",
+        "              steps took less than p10, a tenth more than p90",
         f"data share    {fmt(run.data_share, '.0%')}",
         "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in run.phases.items() if v > 0),
     ]

@@ -12,23 +12,35 @@ from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import Table, fmt
 
+SWEEP_COLUMNS = {
+    "run": "the knobs that differ from the baseline (the first run); (ran X): a knob that ran "
+    "otherwise than asked",
+    "samples/s": "samples of the steady steps over their time, pauses left out (with --repeat: "
+    "the repeats' median ± half their IQR)",
+    "speedup": "samples/s over the baseline's",
+    "vs baseline": "faster or slower beyond the noise of both runs; else within noise or too "
+    "few to tell, with the reason",
+    "data_time ms": "average time a steady step waited for its batch, over whole rounds of the "
+    "DataLoader workers",
+    "batch_time ms": "the rest of a steady step: forward, backward, optimizer, and the loop's "
+    "hooks and logging",
+    "data share": "data_time / (data_time + batch_time): the part of a step spent waiting for data",
+    "CPU %": "average CPU use of the whole machine during the fit, in % of all its cores (other "
+    "processes included)",
+    "peak RSS MB": "most memory at once during the fit: the training process's RSS plus its "
+    "DataLoader workers' own pages (MB = 10^6 bytes)",
+    "final loss": "the loss of the last training step (a faster knob must not spoil training)",
+    "notes": "errors, a wide spread where it decides the verdict, break-even of up-front costs, "
+    "what a knob resolved to or could not do here",
+}
+"""The columns of the sweep table, in order, and what each shows in one line: the hover text
+of its heading in HTML and the lines of ``Table.legend()``."""
+
 
 def sweep_table(sweep: SweepResult) -> Table:
     """One row per run: throughput, its speedup over the baseline and whether that is beyond
-    noise (the run's stored comparison), the medians, the system figures and the notes."""
-    columns = [
-        "run",
-        "samples/s",
-        "speedup",
-        "vs baseline",
-        "data_time ms",
-        "batch_time ms",
-        "data share",
-        "CPU %",
-        "peak RSS MB",
-        "final loss",
-        "notes",
-    ]
+    noise (the run's stored comparison), the steady-state figures, the system figures and the
+    notes; each column described in ``SWEEP_COLUMNS`` (``sweep.table().legend()``)."""
     base = sweep.baseline
     judged = [run for run in sweep.runs if run is not base and run.speedup is not None]
     # A wide spread is worth a note only where it decides a verdict: a run judged within
@@ -62,19 +74,22 @@ def sweep_table(sweep: SweepResult) -> Table:
                 ),
             ]
         )
-    return Table(columns, rows, caption=sweep.name or "")
+    return Table(list(SWEEP_COLUMNS), rows, caption=sweep.name or "", descriptions=SWEEP_COLUMNS)
 
 
 def verdict_text(run: RunResult, baseline: RunResult) -> str:
-    """The run's stored verdict against the baseline: faster, slower, within noise, too few
-    to tell; ``-`` for the baseline itself and a run that was not compared."""
+    """The run's stored verdict against the baseline: faster, slower, within noise or too few
+    to tell, the last two with their reason (``within noise (+3%, under the 5% needed)``);
+    ``-`` for the baseline itself and a run that was not compared."""
     if run is baseline or run.comparison is None or run.speedup is None:
         return "-"
-    return str(run.comparison.verdict)
+    comparison = run.comparison
+    reason = comparison.reason
+    return f"{comparison.verdict} ({reason})" if reason else str(comparison.verdict)
 
 
 def rank_table(run: RunResult) -> Table:
-    """One row per rank: its medians, its gradient-sync time and its own work per step."""
+    """One row per rank: its figures, its gradient-sync time and its own work per step."""
     slow = slowest_rank(run.ranks).rank if run.ranks else None
     columns = ["rank", "host", "steps", "samples/s", "data_time ms", "batch_time ms"]
     columns += ["sync ms", "own work ms", "data share", "note"]

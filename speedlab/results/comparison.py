@@ -7,6 +7,7 @@ reads the same on any machine and in any later session.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from speedlab.results.codec import Name, Record
@@ -73,25 +74,55 @@ class Comparison(Record):
         """Whether the verdict is faster or slower, not within noise or too few to tell."""
         return self.verdict in (Verdict.faster, Verdict.slower)
 
+    @property
+    def overlap(self) -> bool:
+        """Whether the middle halves (q1-q3) of the two throughput distributions overlap."""
+        return not (self.a.q3 < self.b.q1 or self.b.q3 < self.a.q1)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the verdict is within noise or too few to tell, in a few words from the stored
+        figures (``"+3%, under the 5% needed"``); None for faster and slower, and where the
+        figures do not say (a speedup that is not a number).
+
+        The first rule that holds back a verdict is named, in the order ``verdict`` asks them:
+        knobs that changed nothing, too few measurements, a change smaller than ``needed``, and
+        overlapping middle halves.
+        """
+        if self.inert == (SAME,):
+            return "the same configuration ran twice"
+        if self.inert:
+            return f"{', '.join(self.inert)} changed nothing here"
+        if not self.enough:
+            return f"{self.a.n} and {self.b.n} measurements, {MIN_STEPS} needed"
+        if self.decided or not math.isfinite(self.speedup):
+            return None
+        change = self.speedup - 1
+        if abs(change) < self.needed:
+            shown, needed = _percents(change, self.needed)
+            return f"{shown}, under the {needed} needed"
+        if self.overlap:
+            return "middle halves overlap"
+        return None
+
     def __str__(self) -> str:
         speedup = f"{self.speedup:.2f}x"
-        if self.inert == (SAME,):
-            return (
-                f"{speedup}, {self.verdict}: the same configuration ran twice, so the "
-                "difference is the machine's"
-            )
         if self.inert:
-            return (
-                f"{speedup}, {self.verdict}: {', '.join(self.inert)} changed nothing "
-                "in what was computed here, so the difference is the machine's"
-            )
+            return f"{speedup}, {self.verdict}: {self.reason}, so the difference is the machine's"
         if not self.enough:
-            return (
-                f"{speedup}, {TOO_FEW} ({self.a.n} and {self.b.n} measurements, "
-                f"{MIN_STEPS} needed: {self.advice})"
-            )
+            return f"{speedup}, {TOO_FEW} ({self.reason}: {self.advice})"
         spread = (
             f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
             " samples/s"
         )
         return f"{speedup}, {self.verdict} ({spread})"
+
+
+def _percents(change: float, needed: float) -> tuple[str, str]:
+    """A change (``+0.03``) and the change needed (``0.05``) as percentages, with a decimal
+    where whole percents would show them equal (``+4.9%`` under ``5.0%``)."""
+    for digits in (0, 1, 2):
+        shown, wanted = f"{change:+.{digits}%}", f"{needed:.{digits}%}"
+        if shown.lstrip("+-") != wanted:
+            break
+    return shown, wanted

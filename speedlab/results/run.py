@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from speedlab.results.codec import Name, Record, coerce, fields_to_plain, from_plain
@@ -18,6 +19,7 @@ from speedlab.results.comparison import Comparison
 from speedlab.results.findings import Finding
 from speedlab.results.knobs import Knobs
 from speedlab.results.stats import Summary, summarize
+from speedlab.results.steady import Steady, rounds, steady
 from speedlab.results.system import SystemSummary
 from speedlab.results.table import fmt
 
@@ -57,7 +59,7 @@ def empty_records() -> dict[str, list]:
 
 @dataclass(frozen=True)
 class RankRecord(Record):
-    """One rank of a multi-process run: its own medians and step records.
+    """One rank of a multi-process run: its own figures (``RunResult.steady``) and step records.
 
     ``work_time`` is the rank's own work per step: data_time + batch_time - sync_time, what it
     would take if no rank waited for another. ``sync_time`` is the gradient synchronisation
@@ -93,8 +95,9 @@ class RunResult:
     ``records`` holds one entry per training step in parallel lists: ``t`` (seconds since the
     fit started, when the step began waiting for its batch), ``data_time``, ``batch_time``,
     ``wall`` (wall time of the whole step, validation excluded, so it also holds other
-    callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are medians over steps
-    in the ``steady`` phase. On an asynchronous device (CUDA) the steps' edges come from the
+    callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are read from the
+    steps in the ``steady`` phase by one rule (``steady``; speedlab.results.steady): averages
+    over whole rounds of the DataLoader workers, pauses left out and named. On an asynchronous device (CUDA) the steps' edges come from the
     device's own timeline: data_time is the time the device sat idle for want of input,
     ``copy_time`` the host-to-device copy's part of it, and ``host_data_time`` the host's wait
     for the loader, which the device's work may hide. ``records["pipeline"]``, when present,
@@ -153,64 +156,68 @@ class RunResult:
     def _steady(self) -> list[int]:
         return [i for i, phase in enumerate(self.records["phase"]) if phase == "steady"]
 
-    def steady_total(self, key: str) -> float:
-        """One per-step record (``"data_time"``, ``"wall"``, ...) summed over the steady steps."""
-        values = self.records[key]
-        return sum(values[i] for i in self._steady())
+    @cached_property
+    def steady(self) -> Steady:
+        """The steady steps' figures under the one rule every figure of the run follows:
+        averages over whole rounds of the workers, pauses left out (speedlab.results.steady)."""
+        return steady(self.records, self._steady(), self.loader_workers())
 
-    def _summary(self, key: str) -> Summary:
-        values = self.records[key]
-        return summarize([values[i] for i in self._steady()])
+    def _mean(self, key: str) -> float:
+        steps = self.steady.steps
+        return sum(self.records[key][i] for i in steps) / len(steps) if steps else math.nan
 
     @property
     def data_summary(self) -> Summary:
-        return self._summary("data_time")
+        """The spread of the counted steps' data_time (p10, p90 beside the average)."""
+        return summarize([self.records["data_time"][i] for i in self.steady.steps])
 
     @property
     def batch_summary(self) -> Summary:
-        return self._summary("batch_time")
+        """The spread of the counted steps' batch_time: each step's wall less its data_time."""
+        r = self.records
+        return summarize([r["wall"][i] - r["data_time"][i] for i in self.steady.steps])
 
     @property
     def data_time(self) -> float:
-        return self.data_summary.median
+        """The time a steady step waited for its batch, on average (``steady``)."""
+        return self.steady.data_time
 
     @property
     def batch_time(self) -> float:
-        return self.batch_summary.median
+        """The rest of a steady step, on average: forward, backward, optimizer step and the
+        loop's hooks and logging (``steady``)."""
+        return self.steady.batch_time
 
     @property
     def host_data_time(self) -> float:
         """The host's wait for the loader (data_time itself where the two clocks are one)."""
-        return self._summary(
-            "host_data_time" if "host_data_time" in self.records else "data_time"
-        ).median
+        return self._mean("host_data_time" if "host_data_time" in self.records else "data_time")
 
     @property
     def copy_time(self) -> float | None:
         """The host-to-device copy's part of data_time, where the device's timeline shows it."""
-        return self._summary("copy_time").median if "copy_time" in self.records else None
+        return self._mean("copy_time") if "copy_time" in self.records else None
 
     @property
     def step_time(self) -> float:
-        return self.data_time + self.batch_time
+        return self.steady.step_time
 
     @property
     def data_share(self) -> float:
-        step = self.step_time
-        return self.data_time / step if step > 0 else math.nan
+        return self.steady.data_share
 
     @property
     def samples_per_s(self) -> float:
-        """Samples over the wall time of the steady-state steps."""
+        """Samples over the time of the counted steady steps (``steady``); with replicates,
+        their median."""
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates]).median
-        seconds = self.steady_total("wall")
-        return self.steady_total("samples") / seconds if seconds > 0 else math.nan
+        return self.steady.samples_per_s
 
     @property
     def throughput_summary(self) -> Summary:
         """Spread of samples/s across replicates (``--repeat``), or else over the single run's
-        steady steps: step by step without DataLoader workers, and over windows of
+        counted steady steps (``steady``: pauses left out): step by step without DataLoader workers, and over windows of
         ``WINDOW_ROUNDS`` rounds of the workers with them (fewer rounds if the run has fewer
         than ``MIN_WINDOWS`` windows of those). Workers hand over batches in bursts (several
         ready at once, then a long wait), so one step's throughput says little on its own.
@@ -218,11 +225,10 @@ class RunResult:
         batches of each worker, and a slow worker weighs the same in every window."""
         if self.replicates:
             return summarize([r.samples_per_s for r in self.replicates])
-        r, steady = self.records, self._steady()
+        r, steps = self.records, self.steady.steps
         workers = self.loader_workers()
-        rounds = min(WINDOW_ROUNDS, len(steady) // (MIN_WINDOWS * workers)) if workers else 1
-        size = max(1, rounds) * max(1, workers)
-        windows = [steady[i : i + size] for i in range(0, len(steady) - size + 1, size)]
+        many = min(WINDOW_ROUNDS, len(steps) // (MIN_WINDOWS * workers)) if workers else 1
+        windows = rounds(steps, max(1, many) * max(1, workers))
         return summarize(
             [
                 sum(r["samples"][i] for i in w) / wall
@@ -293,7 +299,7 @@ class RunResult:
         p.text(self.report())
 
     def report(self) -> str:
-        """A readable breakdown: medians with p10/p90, share, throughput, phases, system, ranks."""
+        """A readable breakdown: averages with p10/p90, share, throughput, phases, system, ranks."""
         from speedlab.notebook.report import run_report
 
         return run_report(self)

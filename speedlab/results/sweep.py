@@ -19,8 +19,11 @@ from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import Table
 
-FORMAT = 2
-"""The version of ``SweepResult.to_dict()``'s layout (1: before runs kept their judgement)."""
+FORMAT = 3
+"""The version of ``SweepResult.to_dict()``'s layout (1: before runs kept their judgement;
+2: judged on medians, before one rule read every figure: speedlab.results.steady)."""
+MEDIANS_FORMAT = 2
+"""The layout of sweeps judged on medians: their runs are judged again when loaded."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class SweepResult:
 
     def table(self) -> Table:
         """One row per run: throughput, its speedup over the baseline and whether that is
-        beyond noise, the medians, the system figures and the notes."""
+        beyond noise, the step times, the system figures and the notes."""
         from speedlab.notebook.tables import sweep_table
 
         return sweep_table(self)

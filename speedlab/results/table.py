@@ -4,17 +4,38 @@ from __future__ import annotations
 
 import csv
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass
 class Table:
-    """Rows of already formatted cells under named columns."""
+    """Rows of already formatted cells under named columns.
+
+    Args:
+        columns: the column names, left to right.
+        rows: the cells of each row, as text.
+        caption: a line above the table (default none).
+        descriptions: what each column shows, by column name, in one short line: the hover text
+            of its heading in HTML and a line of ``legend()`` (default none).
+
+    Example::
+
+        table = Table(["run", "samples/s"], [["baseline", "25.0"]],
+                      descriptions={"samples/s": "samples trained per second"})
+        print(table.legend())  # samples/s  samples trained per second
+    """
 
     columns: list[str]
     rows: list[list[str]]
     caption: str = ""
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+    def legend(self) -> str:
+        """One line per described column, in the table's order: its name, then what it shows."""
+        described = [(c, self.descriptions[c]) for c in self.columns if c in self.descriptions]
+        width = max((len(c) for c, _ in described), default=0)
+        return "\n".join(f"{c:<{width}}  {text}" for c, text in described)
 
     def __str__(self) -> str:
         cells = [self.columns, *self.rows]
@@ -38,7 +59,8 @@ class Table:
         """The table with its own spacing and alignment inline: front ends style tables
         differently (nbclassic sets no cell padding), and a results table must stay readable."""
         head = "".join(
-            f'<th style="{_cell(i)}">{html.escape(c)}</th>' for i, c in enumerate(self.columns)
+            f'<th style="{_cell(i)}"{self._title(c)}>{html.escape(c)}</th>'
+            for i, c in enumerate(self.columns)
         )
         body = "".join(
             "<tr>"
@@ -51,6 +73,11 @@ class Table:
             f'<table class="speedlab-table">{caption}<thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table>"
         )
+
+    def _title(self, column: str) -> str:
+        """The heading's hover text, as an HTML attribute; empty where it has no description."""
+        text = self.descriptions.get(column)
+        return f' title="{html.escape(text)}"' if text else ""
 
     def to_csv(self, path: str | Path) -> Path:
         path = Path(path)

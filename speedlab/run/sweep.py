@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.steady_notes import steady_notes
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.measure.devices import device_for
 from speedlab.results.knobs import (
@@ -172,7 +173,11 @@ def _assemble(
         workload=workload,
         error=error,
     )
-    return replace(result, diagnosis=diagnose(result, lint_findings=_lint(fit.model)))
+    return replace(
+        result,
+        notes=result.notes + steady_notes(result),
+        diagnosis=diagnose(result, lint_findings=_lint(fit.model)),
+    )
 
 
 def _stopped(session: Intercept, measured: RunResult) -> list[str]:

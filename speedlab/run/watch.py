@@ -11,7 +11,6 @@ something (a terminal line, a notebook chart, the panel) extend it in speedlab.n
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.fork_pause import ForkPause
+from speedlab.results.steady import steady
 
 REFRESH_PER_SECOND = 4
 WINDOW = 120  # steps in the rolling chart
-_RECENT = 20  # steps behind the samples/s and median figures
+_RECENT = 20  # steps behind the samples/s, data_time and batch_time figures
 _STEP_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase")
 
 
@@ -32,8 +32,9 @@ class Snapshot:
 
     ``data_window``/``batch_window`` hold the last steps (at most ``WINDOW``), the first of
     them being step ``first_step`` (1-based); ``slots`` is the chart's width in steps;
-    ``time_limit`` is the run's ``--time`` in seconds, if any. Rates
-    and medians cover the last ``_RECENT`` steps. System figures come from the newest
+    ``time_limit`` is the run's ``--time`` in seconds, if any. samples/s, data_time and
+    batch_time cover the last ``_RECENT`` steps, by the rule of a run's figures
+    (speedlab.results.steady). System figures come from the newest
     SystemSample (None until there is one).
     """
 
@@ -78,15 +79,16 @@ def snapshot(
         left = max(0.0, time_limit - elapsed)
         eta = left if eta is None else min(eta, left)
     start = max(0, n - WINDOW)
+    recent = steady(records, range(lo, n), getattr(system, "workers", None) or 0)
     return Snapshot(
         steps=n,
         total_steps=total_steps,
         elapsed=elapsed,
         eta=eta,
         phase=phase or (records["phase"][n - 1] if n else "setup"),
-        samples_per_s=sum(records["samples"][lo:n]) / wall if wall > 0 else math.nan,
-        data_time=_median(records["data_time"][lo:n]),
-        batch_time=_median(records["batch_time"][lo:n]),
+        samples_per_s=recent.samples_per_s,
+        data_time=recent.data_time,
+        batch_time=recent.batch_time,
         first_step=start + 1,
         data_window=tuple(records["data_time"][start:n]),
         batch_window=tuple(records["batch_time"][start:n]),
@@ -95,10 +97,6 @@ def snapshot(
         rss_bytes=getattr(system, "rss_bytes", None),
         workers=getattr(system, "workers", None),
     )
-
-
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 def planned_steps(trainer: Any) -> int | None:

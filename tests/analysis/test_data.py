@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from speedlab.analysis.compare import run_cores
-from speedlab.analysis.data import waiting_share
 from speedlab.analysis.doctor import diagnose
 from speedlab.measure.machine import usable_cores
 from speedlab.measure.probe import SpeedProbe
@@ -29,7 +28,7 @@ def test_image_lab_without_throttle_is_cpu_bound_and_names_workers_and_preload(
     assert found.severity == "critical"
     assert "workers" in found.advice and "--preload ram" in found.advice
     assert "simplejpeg" in found.advice and "Image.draft" in found.advice
-    assert f"{waiting_share(base):.0%} of the step" in found.evidence
+    assert f"{base.data_share:.0%} of the step" in found.evidence
     assert (found.knob, found.value) == ("preload", "ram")  # torch uses both cores already
     assert "io_bound" not in kinds(diagnose(base))
 
@@ -49,7 +48,7 @@ def test_throttled_image_lab_is_io_bound_with_or_without_workers(
     assert "cpu_bound" not in kinds(diagnose(base)) + kinds(diagnose(workers))
 
 
-def test_waits_in_bursts_count_by_their_total_not_the_median_step() -> None:
+def test_waits_in_bursts_count_by_their_average_not_the_median_step() -> None:
     """Workers that cannot keep up hand over batches in turns: 3 of 5 steps find one ready, 2
     wait 50 ms. The median step waits nothing, yet 2 * 50 / (2 * 50 + 5 * 20) = half the time
     goes to waiting."""
@@ -63,11 +62,14 @@ def test_waits_in_bursts_count_by_their_total_not_the_median_step() -> None:
         records["phase"].append("steady")
         records["epoch"].append(0)
     run = RunResult(knobs={"workers": 2}, records=records)
-    assert run.data_share == 0.0
-    assert waiting_share(run) == pytest.approx(0.5)
+    assert run.steady.typical_share == 0.0
+    assert run.data_share == pytest.approx(0.5)
+    assert run.data_time == pytest.approx(0.020)
     (finding,) = [f for f in diagnose(run) if f.kind in ("cpu_bound", "io_bound")]
     assert finding.severity == "critical"
-    assert "20.0 ms for data on average, in bursts" in finding.evidence
+    assert (
+        "20.0 ms for data on average, in bursts (the typical step waits 0.0 ms)" in finding.evidence
+    )
     assert "model_bound" not in kinds(diagnose(run))
 
 

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from speedlab.analysis.data import waiting_share
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.model import MODEL_BOUND_DATA_SHARE
 from speedlab.measure.numerics import cpu_matmul_changes
@@ -43,7 +42,7 @@ def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> 
         probe = SpeedProbe(warmup=5)
         fit_on_device(on_device(device, work_s=0.02), probe, 40, sleep_s=0.00125)
     run = replace(probe.result(), device="cuda")  # its figures are the simulated device's
-    if waiting_share(run) >= MODEL_BOUND_DATA_SHARE:
+    if run.data_share >= MODEL_BOUND_DATA_SHARE:
         pytest.skip("the host fell behind the device (a busy machine): nothing was hidden")
     found = the(diagnose(run), "model_bound")
     assert "The host waited 1" in found.evidence and "the GPU sat idle only 0." in found.evidence

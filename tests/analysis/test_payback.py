@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import lightning.pytorch as pl
+import pytest
 from torch.nn import functional as F
 
 from speedlab.analysis.verdict import judge_sweep
@@ -13,6 +15,7 @@ from speedlab.measure.probe import SpeedProbe
 from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
+from speedlab.results.table import fmt_ms
 from tests.doctor_runs import QUIET, the
 from tests.records import run_of
 
@@ -95,3 +98,27 @@ def test_the_compile_evidence_says_whether_the_cache_was_warm() -> None:
         "Compiling cost 2.0 s (the first compiled step, with a warm compile cache: a first "
         "compile takes longer)"
     )
+
+
+def test_break_even_and_the_speedup_it_follows_from_come_from_the_same_steps() -> None:
+    """The preload run has a 400 ms pause and uneven steps: the break-even, the step times the
+    finding states and the speedup are all read from the same counted steps."""
+    waits = [0.02 if i % 3 == 0 else 0.003 for i in range(60)]
+    without = run_of(waits, [0.01] * 60, knobs={"preload": "off"})
+    batches = [0.01 if i % 4 else 0.02 for i in range(60)]
+    batches[40] += 0.4
+    with_it = replace(
+        run_of([0.0] * 60, batches, knobs={"preload": "ram"}), phases={"preload": 2.0}
+    )
+    sweep = judge_sweep([without, with_it])
+    run = sweep.runs[1]
+    assert run.steady.pauses
+    saving = without.step_time - run.step_time
+    assert run.break_even == {"preload": math.ceil(2.0 / saving)}
+    assert run.speedup == pytest.approx(without.step_time / run.step_time)
+    found = the(sweep.diagnosis, "preload_payback")
+    assert (
+        f"steady steps take {fmt_ms(run.step_time)} with preload=ram against "
+        f"{fmt_ms(without.step_time)} without ({run.speedup:.2f}x, faster"
+    ) in found.evidence
+    assert f"Break-even after {math.ceil(2.0 / saving)} steps" in found.advice

@@ -13,8 +13,11 @@ from speedlab.measure.numerics import (
     MATMUL_LEVELS,
     MATMUL_MODES,
     amp_choice,
-    cpu_has_bf16,
+    cpu_flags,
+    cpu_math,
+    cpu_math_text,
     cpu_matmul_changes,
+    cuda_capability_text,
     cuda_math,
     matmul_effect,
     matmul_modes,
@@ -32,10 +35,86 @@ def test_each_level_sets_what_the_table_says_for_cuda_and_onednn_and_is_restored
 
 def test_highest_never_changes_a_cpu_matmul_and_medium_changes_one_exactly_on_bf16_cpus() -> None:
     assert not cpu_matmul_changes("highest")
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if "flags" not in flags:
+    if cpu_flags() is None:
         pytest.skip("no x86 CPU flags to compare with")
-    assert cpu_matmul_changes("medium") == cpu_has_bf16()
+    assert cpu_matmul_changes("medium") == cpu_math()["bf16"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "math", "text"),
+    [
+        (
+            "",
+            {"avx512": False, "bf16": False, "amx": False},
+            "AVX-512 no, bf16 no (no avx512_bf16 or amx_bf16), AMX no",
+        ),
+        (
+            "avx512f avx512bw",  # Skylake-SP: AVX-512 without bf16
+            {"avx512": True, "bf16": False, "amx": False},
+            "AVX-512 yes, bf16 no (no avx512_bf16 or amx_bf16), AMX no",
+        ),
+        (
+            "avx512f avx512_bf16",  # Cooper Lake, Zen 4
+            {"avx512": True, "bf16": True, "amx": False},
+            "AVX-512 yes, bf16 yes, AMX no",
+        ),
+        (
+            "avx512f avx512_bf16 amx_bf16 amx_tile amx_int8",  # Sapphire Rapids
+            {"avx512": True, "bf16": True, "amx": True},
+            "AVX-512 yes, bf16 yes, AMX yes",
+        ),
+        (
+            None,
+            {"avx512": None, "bf16": None, "amx": None},
+            "unknown (no x86 flags in /proc/cpuinfo)",
+        ),
+    ],
+)
+def test_the_cpus_math_is_read_from_its_flags_and_said_in_plain_words(
+    fake_cpu_flags, flags: str | None, math: dict, text: str
+) -> None:
+    fake_cpu_flags(flags)
+    assert cpu_math() == math
+    assert cpu_math_text(math) == text
+
+
+def test_a_cpu_without_proc_cpuinfo_is_unknown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import speedlab.measure.numerics
+
+    monkeypatch.setattr(speedlab.measure.numerics, "CPUINFO", tmp_path / "missing")
+    assert cpu_flags() is None and set(cpu_math().values()) == {None}
+
+
+def test_this_cpus_math_agrees_with_its_proc_cpuinfo() -> None:
+    path = Path("/proc/cpuinfo")
+    text = path.read_text() if path.exists() else ""
+    line = next((x for x in text.splitlines() if x.split(":", 1)[0].strip() == "flags"), None)
+    if line is None:
+        pytest.skip("no x86 CPU flags here")
+    flags = set(line.split(":", 1)[1].split())
+    assert cpu_math() == {
+        "avx512": "avx512f" in flags,
+        "bf16": bool({"avx512_bf16", "amx_bf16"} & flags),
+        "amx": "amx_tile" in flags,
+    }
+    assert cpu_math_text(cpu_math()).startswith("AVX-512 ")
+
+
+@pytest.mark.parametrize(
+    ("capability", "text"),
+    [
+        ((9, 0), "compute capability 9.0 (bf16 and TF32 native)"),
+        ((8, 6), "compute capability 8.6 (bf16 and TF32 native)"),
+        ((7, 5), "compute capability 7.5 (fp16 tensor cores, no native bf16 or TF32)"),
+        ((6, 1), "compute capability 6.1 (no tensor cores)"),
+    ],
+)
+def test_a_gpus_compute_capability_says_what_math_it_has(
+    capability: tuple[int, int], text: str
+) -> None:
+    assert cuda_capability_text(*capability) == text
 
 
 def test_the_cpu_note_follows_the_measurement() -> None:

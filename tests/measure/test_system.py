@@ -325,6 +325,104 @@ def test_nothing_imports_torch() -> None:
     assert torch_threads is None and gpu_util is None
     assert info["torch"] == installed("torch") and info["lightning"] == installed("lightning")
     assert info["gpus"] == [] and info["cuda"] is None
+    assert info["torch_cpu_capability"] is None  # torch's own answer needs torch imported
+    assert set(info["cpu_math"]) == {"avx512", "bf16", "amx"}
+
+
+def test_system_info_says_what_reduced_precision_math_the_cpu_has(fake_cpu_flags) -> None:
+    fake_cpu_flags("avx512f avx512_bf16 amx_tile amx_bf16 amx_int8")
+    info = system_info()
+    assert info["cpu_math"] == {"avx512": True, "bf16": True, "amx": True}
+    assert "\nCPU math           AVX-512 yes, bf16 yes, AMX yes" in format_system_info(info)
+    fake_cpu_flags("avx512f")
+    text = format_system_info(system_info())
+    assert "CPU math           AVX-512 yes, bf16 no (no avx512_bf16 or amx_bf16), AMX no" in text
+    fake_cpu_flags(None)
+    assert "CPU math           unknown (no x86 flags in /proc/cpuinfo)" in format_system_info(
+        system_info()
+    )
+
+
+def test_with_torch_imported_the_system_says_which_kernels_torch_uses() -> None:
+    torch = pytest.importorskip("torch")
+    info = system_info()
+    assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert f"; torch's CPU kernels use {info['torch_cpu_capability']}" in format_system_info(info)
+
+
+class FakeNvml:
+    """pynvml as NVML answers it on a machine with one H100 and one T4."""
+
+    class NVMLError(Exception):
+        pass
+
+    GPUS = (("NVIDIA H100 80GB HBM3", 80 * 2**30, (9, 0)), (b"Tesla T4", 15 * 2**30, (7, 5)))
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.GPUS)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetName(self, i: int) -> str | bytes:
+        return self.GPUS[i][0]
+
+    def nvmlDeviceGetMemoryInfo(self, i: int) -> object:
+        return type("Memory", (), {"total": self.GPUS[i][1], "used": 0})()
+
+    def nvmlDeviceGetCudaComputeCapability(self, i: int) -> tuple[int, int]:
+        return self.GPUS[i][2]
+
+
+def test_each_gpu_is_described_with_its_memory_and_compute_capability(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    info = system_info()
+    assert info["gpus"] == [
+        {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 2**30, "capability": [9, 0]},
+        {"name": "Tesla T4", "memory_bytes": 15 * 2**30, "capability": [7, 5]},
+    ]
+    json.dumps(info)
+    gpu_line = next(x for x in format_system_info(info).splitlines() if x.startswith("GPU "))
+    assert gpu_line.split(None, 1)[1].startswith(
+        "NVIDIA H100 80GB HBM3, 80.0 GiB, compute capability 9.0 (bf16 and TF32 native); "
+        "Tesla T4, 15.0 GiB, compute capability 7.5 (fp16 tensor cores, no native bf16 or TF32)"
+    )
+
+
+def test_without_nvml_the_gpus_details_come_from_torch_once_cuda_has_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asking torch for a GPU's capability starts CUDA, after which forked DataLoader workers
+    cannot use it: before CUDA has started only the count is told."""
+    from types import SimpleNamespace
+
+    import speedlab.measure.machine as machine
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
+    props = SimpleNamespace(name="NVIDIA A100", total_memory=40 * 2**30, major=8, minor=0)
+    started = False
+    cuda = SimpleNamespace(
+        device_count=lambda: 1,
+        is_initialized=lambda: started,
+        get_device_properties=lambda i: props,
+    )
+    torch = SimpleNamespace(cuda=cuda)
+    assert machine._gpus(torch) == [
+        {"name": "CUDA device 0", "memory_bytes": None, "capability": None}
+    ]
+    started = True
+    assert machine._gpus(torch) == [
+        {"name": "NVIDIA A100", "memory_bytes": 40 * 2**30, "capability": [8, 0]}
+    ]
 
 
 def test_system_info_describes_this_machine() -> None:
@@ -413,4 +511,6 @@ def test_gpu_utilisation_and_memory_are_sampled() -> None:
     summary = sampler.stop()
     assert summary.gpu_util_percent is not None and summary.gpu_util_percent > 0
     assert summary.gpu_mem_peak_bytes is not None and summary.gpu_mem_peak_bytes > 64 * 2**20
-    assert system_info()["gpus"]
+    gpus = system_info()["gpus"]
+    assert gpus and gpus[0]["memory_bytes"] > 0
+    assert gpus[0]["capability"] == list(torch.cuda.get_device_capability(0))

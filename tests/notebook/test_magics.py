@@ -155,6 +155,17 @@ def test_line_magics(shell, capsys) -> None:
         shell.run_line_magic("speedlab", "explain warp")
 
 
+def test_system_shows_the_cpus_bf16_amx_and_avx512(shell, fake_cpu_flags, capsys) -> None:
+    fake_cpu_flags("avx512f avx512_bf16 amx_tile amx_bf16 amx_int8")
+    shell.run_line_magic("speedlab", "system")
+    out = capsys.readouterr().out
+    assert re.search(r"^CPU math +AVX-512 yes, bf16 yes, AMX yes", out, re.MULTILINE)
+    fake_cpu_flags("")
+    shell.run_line_magic("speedlab", "system")
+    out = capsys.readouterr().out
+    assert "AVX-512 no, bf16 no (no avx512_bf16 or amx_bf16), AMX no" in out
+
+
 def test_autotune_starts_from_the_values_given_and_returns_its_path(shell) -> None:
     tuned = shell.run_cell_magic(
         "profile_train",

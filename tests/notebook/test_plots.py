@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
 import matplotlib.pyplot as plt
+import nbformat
 import pytest
 from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
 
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.notebook.plots import (
@@ -19,6 +24,7 @@ from speedlab.notebook.plots import (
 )
 from speedlab.results.run import RunResult, empty_records
 from speedlab.results.sweep import SweepResult
+from tests.nbexec import ROOT, execute
 
 
 def steady_run(
@@ -112,6 +118,58 @@ def test_timeline_without_workers_says_the_main_process_loads() -> None:
 def test_result_methods_return_the_figures() -> None:
     run = steady_run(0.001, 0.002)
     assert run.timeline().axes and SweepResult([run]).plot().axes
+
+
+def test_charts_are_figures_that_ipython_formats_as_png() -> None:
+    from IPython.core.formatters import DisplayFormatter
+
+    fig = SweepResult([steady_run(0.001, 0.002)]).plot()
+    assert isinstance(fig, Figure)
+    data, _ = DisplayFormatter().format(fig)  # no printer registered for Figure: _repr_png_
+    assert data["image/png"].startswith(b"\x89PNG")
+    assert type(pickle.loads(pickle.dumps(fig))) is type(fig)
+
+
+SETUP = f"""\
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.records import run_of
+from speedlab.results.sweep import SweepResult
+run = run_of([0.002] * 6, [0.004] * 6)
+sweep = SweepResult([run, run_of([0.001] * 6, [0.004] * 6, knobs={{"workers": 2}})])
+"""
+SHOWN_AS_FIGURE = "from matplotlib.figure import Figure\nprint(isinstance(_, Figure))"
+
+
+@pytest.mark.slow  # starts a kernel
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "first",
+    [
+        None,
+        "import matplotlib.pyplot as plt",
+        "%matplotlib inline\nimport matplotlib.pyplot as plt",
+    ],
+    ids=["no-matplotlib-line", "pyplot", "matplotlib-inline"],
+)
+def test_charts_show_one_image_in_a_fresh_kernel(first: str | None, tmp_path: Path) -> None:
+    """As nbclient, JupyterLab and Notebook run a cell ending in ``sweep.plot()``: one PNG, with
+    or without ``%matplotlib inline``, and the value stays a matplotlib Figure."""
+    cells = [first, SETUP, "sweep.plot()", SHOWN_AS_FIGURE, "run.timeline()", SHOWN_AS_FIGURE]
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(c) for c in cells if c is not None]
+    )
+    path = tmp_path / "charts.ipynb"
+    nbformat.write(notebook, path)
+    ran = execute(path, tmp_path, timeout=120).notebook
+    charts = [c for c in ran.cells if c.source in ("sweep.plot()", "run.timeline()")]
+    assert len(charts) == 2
+    for cell in charts:
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 1, cell.outputs
+        assert images[0].output_type == "execute_result"
+    checks = [c for c in ran.cells if c.source == SHOWN_AS_FIGURE]
+    assert ["".join(o.get("text", "") for o in c.outputs) for c in checks] == ["True\n"] * 2
 
 
 @pytest.mark.parametrize(

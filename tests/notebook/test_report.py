@@ -7,7 +7,7 @@ from dataclasses import replace
 from tests.records import run_of as run
 
 
-def test_report_has_medians_spread_and_phases() -> None:
+def test_report_has_averages_spread_and_phases() -> None:
     r = replace(
         run([0.01, 0.02, 0.03, 0.04], [0.05] * 4),
         phases={"setup": 1.0, "steady": 2.0, "validation": 0.0},
@@ -15,6 +15,6 @@ def test_report_has_medians_spread_and_phases() -> None:
         system={"samples": 4, "cpu_percent": 55.0, "peak_rss_bytes": 300_000_000},
     )
     text = r.report()
-    assert "data_time     30.00 ms median   (p10" in text
+    assert "data_time     30.00 ms average   (p10" in text
     assert "setup 1.00 s" in text and "validation" not in text
     assert "peak RSS 300 MB" in text

@@ -8,7 +8,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from speedlab.analysis.verdict import judge_sweep
+from speedlab.notebook.tables import SWEEP_COLUMNS, verdict_text
 from speedlab.results.sweep import SweepResult
 from tests.records import run_of as run
 
@@ -24,7 +27,13 @@ def test_table_text_html_csv(tmp_path: Path) -> None:
     assert cells[0][:4] == ["run", "samples/s", "speedup", "vs baseline"]
     assert cells[2][:4] == ["baseline", "25.0", "1.00x", "-"]
     assert cells[3][:4] == ["workers=2", "50.0", "2.00x", "faster"]
-    assert cells[4][:4] == ["baseline", "25.0", "1.00x", "within noise"]
+    # the same configuration again: within noise, and the row says why
+    assert cells[4][:4] == [
+        "baseline",
+        "25.0",
+        "1.00x",
+        "within noise (the same configuration ran twice)",
+    ]
     assert "no effect" in cells[3][-1] and "noisy" not in cells[3][-1]
     assert cells[4][-1].startswith("noisy: the interquartile range (the spread of the middle half")
     assert "is 53% of the median" in cells[4][-1]
@@ -46,7 +55,7 @@ def test_a_wide_spread_is_noted_only_where_it_decides_the_verdict() -> None:
     assert rows[1][3] == "faster" and not any("noisy" in row[-1] for row in rows)
     same = run([0.2, 0.1, 0.3, 0.2, 0.3, 0.1], [0.2] * 6, knobs={"matmul": "medium"})
     rows = judge_sweep([base, fast, same]).table().rows
-    assert rows[2][3] == "within noise"
+    assert rows[2][3] == "within noise (+0%, under the 5% needed)"
     assert [row[-1].startswith("noisy:") for row in rows] == [True, False, True]
 
 
@@ -61,7 +70,51 @@ def test_the_preload_break_even_is_in_the_table() -> None:
 def test_the_html_table_spaces_its_cells_itself() -> None:
     # nbclassic's widget styles set table-cell padding to 0: the table brings its own.
     html = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()._repr_html_()
-    cells = re.findall(r"<t[dh] style=\"([^\"]*)\">", html)
+    cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", html)
     assert len(cells) == 2 * 11
     assert all("padding:2px 10px" in style for style in cells)
     assert cells[0].endswith("text-align:left") and cells[1].endswith("text-align:right")
+
+
+def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
+    """A lesson prints ``table.legend()``; the notebook shows the same lines on hover."""
+    table = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()
+    assert table.columns == list(SWEEP_COLUMNS) and set(table.descriptions) == set(table.columns)
+    titles = re.findall(r'<th style="[^"]*" title="([^"]*)">([^<]*)</th>', table._repr_html_())
+    assert [name for _, name in titles] == table.columns
+    legend = table.legend().splitlines()
+    assert [line.split("  ")[0].strip() for line in legend] == table.columns
+    said = dict(zip(table.columns, legend, strict=True))
+    assert "data_time / (data_time + batch_time)" in said["data share"]
+    assert "whole machine" in said["CPU %"] and "workers' own pages" in said["peak RSS MB"]
+    assert "pauses left out" in said["samples/s"] and "hooks and logging" in said["batch_time ms"]
+
+
+@pytest.mark.parametrize(
+    ("base", "other", "verdict"),
+    [
+        # ten steps of each: a run that waited half as long is plainly faster
+        (([0.2] * 10, [0.2] * 10), ([0.1] * 10, [0.2] * 10), "faster"),
+        # two steady steps each (the first step is warm-up), the second run's one round of its
+        # two workers: too few, and the row says how many
+        (
+            ([0.2] * 3, [0.2] * 3),
+            ([0.1] * 3, [0.2] * 3),
+            "too few to tell (2 and 1 measurements, 3 needed)",
+        ),
+        # middle halves that overlap, for all the change in the medians
+        (
+            ([0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3], [0.2] * 10),
+            ([0.0, 0.3, 0.0, 0.3, 0.0, 0.3, 0.0, 0.3, 0.0, 0.3], [0.2] * 10),
+            "within noise (middle halves overlap)",
+        ),
+    ],
+)
+def test_the_verdict_column_says_why_a_verdict_is_not_decided(
+    base: tuple, other: tuple, verdict: str
+) -> None:
+    a, b = run(*base, knobs={"workers": 0}), run(*other, knobs={"workers": 2})
+    sweep = judge_sweep([a, b])
+    assert verdict_text(sweep.runs[1], sweep.runs[0]) == verdict
+    assert sweep.table().rows[1][3] == verdict
+    assert verdict_text(sweep.runs[0], sweep.runs[0]) == "-"

@@ -12,17 +12,25 @@ from speedlab.results.run import RunResult
 from tests.records import run_of as run
 
 
-def test_figures_are_steady_state_medians() -> None:
+def test_figures_are_steady_state_averages_that_add_up() -> None:
     r = run([9.0, 0.1, 0.2, 0.3], [9.0, 0.4, 0.5, 0.9])
     assert r.steps == 4
     assert r.samples == 40
     assert r.data_time == pytest.approx(0.2)
-    assert r.batch_time == pytest.approx(0.5)
-    assert r.step_time == pytest.approx(0.7)
-    assert r.data_share == pytest.approx(0.2 / 0.7)
+    assert r.batch_time == pytest.approx(0.6)
+    assert r.step_time == pytest.approx(0.8)
+    assert r.data_share == pytest.approx(0.2 / 0.8)
     # throughput counts the steady steps only: 30 samples over 0.5 + 0.7 + 1.2 seconds
     assert r.samples_per_s == pytest.approx(30 / 2.4)
+    assert r.samples_per_s == pytest.approx(10 / (r.data_time + r.batch_time))
     assert r.data_summary.p10 < r.data_time < r.data_summary.p90
+
+
+def test_batch_time_is_the_rest_of_the_step_with_the_loops_own_work() -> None:
+    r = run([0.1] * 6, [0.5] * 6)
+    r.records["wall"][:] = [0.7] * 6  # 0.1 s of hooks and logging after each training batch
+    assert r.batch_time == pytest.approx(0.6) and r.steady.loop_time == pytest.approx(0.1)
+    assert r.samples_per_s == pytest.approx(10 / 0.7)
 
 
 def test_no_steady_state_gives_nan_not_zero() -> None:

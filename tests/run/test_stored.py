@@ -153,3 +153,19 @@ def test_a_stored_result_of_a_layout_this_speedlab_does_not_read_is_one_line(
     assert "\n" not in message
     assert message.startswith(f"sweep {sweep_id} in the run store {path}: ")
     assert "format 99" in message
+
+
+def test_a_sweep_judged_on_medians_is_judged_again_by_todays_rule(stored, tmp_path: Path) -> None:
+    """A finished sweep of format 2 (an earlier speedlab's, judged on medians): its stored
+    verdicts would not agree with its figures read by today's rule, so it is judged again."""
+    sweep, _ = stored
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path) as store:
+        sweep_id = store.new_sweep(name="medians", cell_hash=None, env={})
+        store.finish_sweep(sweep_id, sweep.to_dict() | {"format": 2, "notes": ["as judged then"]})
+    loaded = speedlab.load(sweep_id, store=path)
+    assert "as judged then" not in loaded.notes
+    assert loaded.notes[-1].startswith(
+        f"Judged again when loaded: sweep {sweep_id} was judged on medians by an earlier speedlab"
+    )
+    assert [run.speedup for run in loaded.runs] == [run.speedup for run in sweep.runs]

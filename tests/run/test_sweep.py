@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
 from speedlab.results.knobs import KnobError
 from speedlab.results.store import history
+from tests.doctor_runs import require_quiet
 
 
 def train_known_cost(model: pl.LightningModule | None = None, *, sleep_s: float = 0.002) -> None:
@@ -166,3 +168,71 @@ def test_lightnings_own_deprecation_warnings_are_kept_out_and_the_cells_shown() 
     assert lightnings_deprecations(profiled) == []
     mine = {str(w.message) for w in profiled if w.filename == __file__}
     assert mine == {"the cell's own warning", "the cell's own deprecation"}
+
+
+class Pausing(KnownCostModel):
+    """KnownCostModel that stops 150 ms in one step, as a garbage collection would."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 30:
+            time.sleep(0.150)
+        return loss
+
+
+def test_a_single_150_ms_pause_is_named_and_decides_no_verdict() -> None:
+    """Two fits of the same cost, one with a 150 ms pause among its steady steps: the pause is
+    left out of the figures and named with its step, and the two are alike."""
+
+    def train() -> None:
+        for model in (KnownCostModel(step_s=0.005), Pausing(step_s=0.005)):
+            trainer = pl.Trainer(max_steps=60, accelerator="cpu", **QUIET_TRAINER)
+            trainer.fit(model, DataLoader(KnownCostDataset(2000), batch_size=8))
+
+    sweep = profile_train(train, live=False, store=False)
+    base, paused = sweep.runs
+    require_quiet(base, paused)
+    assert [p.step for p in paused.steady.pauses] == [30]
+    assert paused.steady.pauses[0].seconds > 0.150
+    assert any(n.startswith("Paused: step 31 (") for n in paused.notes), paused.notes
+    assert paused.speedup == pytest.approx(1.0, abs=0.1)
+    assert paused.comparison.verdict != "slower"
+    [line] = speedlab.verdicts(sweep)
+    assert "slower" not in line
+
+
+class Stamps(pl.Callback):
+    """The truth of a fit's pace: the wall clock at the end of every training step."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.ends.append(time.perf_counter())
+
+
+def test_a_bursty_loaders_figures_add_up_to_its_throughput_and_meet_the_known_answer() -> None:
+    """Three workers, each sleeping 4 ms a sample for batches of 16 (64 ms a batch), feed a
+    10 ms step: the loader sets the pace, at most three batches every 64 ms, handed over in
+    bursts. The table's times add up to its samples/s, which is the wall clock's."""
+    stamps = Stamps()
+
+    def train() -> None:
+        trainer = pl.Trainer(max_steps=60, accelerator="cpu", callbacks=[stamps], **QUIET_TRAINER)
+        loader = DataLoader(KnownCostDataset(2000, sleep_s=0.004), batch_size=16, num_workers=3)
+        trainer.fit(KnownCostModel(step_s=0.010), loader)
+
+    sweep = profile_train(train, live=False, store=False)
+    [run] = sweep.runs
+    table = sweep.table()
+    shown = dict(zip(table.columns, table.rows[0]))
+    data, batch = float(shown["data_time ms"]) / 1e3, float(shown["batch_time ms"]) / 1e3
+    assert 16 / (data + batch) == pytest.approx(float(shown["samples/s"]), rel=0.10)
+    share = float(shown["data share"].rstrip("%")) / 100
+    assert data / (data + batch) == pytest.approx(share, abs=0.005 + 1e-4)  # to the % shown
+    require_quiet(run)
+    first, last = run.steady.steps[0], run.steady.steps[-1]
+    truth = 16 * (last - first + 1) / (stamps.ends[last] - stamps.ends[first - 1])
+    assert run.samples_per_s == pytest.approx(truth, rel=0.10)
+    assert run.samples_per_s < 1.05 * 3 * 16 / 0.064
+    assert run.data_share > 0.2  # the loader, not the 10 ms step, sets the pace

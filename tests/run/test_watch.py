@@ -17,7 +17,7 @@ def test_snapshot_figures_progress_and_eta() -> None:
     s = snapshot(records_of(150), total_steps=200, elapsed=3.0, system=sample(87.0, 812_000_000, 2))
     assert s.steps == 150 and s.phase == "steady"
     assert s.samples_per_s == pytest.approx(8 / 0.010)
-    assert (s.data_time, s.batch_time) == (0.002, 0.008)
+    assert (s.data_time, s.batch_time) == pytest.approx((0.002, 0.008))
     assert s.eta == pytest.approx(50 * 0.010)
     assert len(s.data_window) == WINDOW and s.first_step == 150 - WINDOW + 1
     assert (s.cpu_percent, s.rss_bytes, s.workers) == (87.0, 812_000_000, 2)

@@ -4,7 +4,7 @@ on it. Nothing here touches CUDA."""
 from __future__ import annotations
 
 from speedlab.measure.devices.device import Device
-from speedlab.measure.numerics import amp_choice, cpu_has_bf16, cpu_matmul_changes, matmul_effect
+from speedlab.measure.numerics import amp_choice, cpu_math, cpu_matmul_changes, matmul_effect
 
 
 class CpuDevice(Device):
@@ -23,9 +23,10 @@ class CpuDevice(Device):
         return True
 
     def math(self) -> dict[str, bool | None]:
-        """``bf16``: bf16 instructions (AVX512-BF16, AMX); ``matmul_medium``: whether
+        """``avx512``, ``bf16`` (AVX512-BF16 or AMX) and ``amx``: what the CPU's flags say it
+        has (``cpu_math``, as ``%speedlab system`` shows it); ``matmul_medium``: whether
         ``--matmul medium`` changes float32 matmuls here (measured on this CPU)."""
-        return {"bf16": cpu_has_bf16(), "matmul_medium": cpu_matmul_changes("medium")}
+        return cpu_math() | {"matmul_medium": cpu_matmul_changes("medium")}
 
     def amp(self) -> tuple[str, str]:
         chosen = amp_choice(cuda=False, native_bf16=False)

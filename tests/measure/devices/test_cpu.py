@@ -27,6 +27,17 @@ def test_amp_is_bf16_on_the_cpu_and_says_why() -> None:
     assert note.startswith("precision=amp ran as bf16-mixed:") and "fp16 AMP is GPU-only" in note
 
 
+def test_the_cpus_math_is_its_flags_and_what_matmul_medium_measurably_does(fake_cpu_flags) -> None:
+    """The facts a run records (``workload["math"]``) are those ``%speedlab system`` shows."""
+    fake_cpu_flags("avx512f avx512_bf16")
+    assert CpuDevice().math() == {
+        "avx512": True,
+        "bf16": True,
+        "amx": False,
+        "matmul_medium": cpu_matmul_changes("medium"),
+    }
+
+
 @pytest.mark.parametrize("level", MATMUL_LEVELS)
 def test_a_matmul_level_changes_what_this_cpu_measurably_changes(level: str) -> None:
     note, changes = CpuDevice().matmul(level)

@@ -1,0 +1,48 @@
+"""What a run's notes say about how its figures were counted (speedlab.results.steady): the
+pauses left out, long steps that recurred, steps that come in bursts, and the loop's own work
+counted in batch_time. A reader of the table sees why a figure is what it is."""
+
+from __future__ import annotations
+
+from speedlab.results.run import RunResult
+from speedlab.results.steady import PAUSE_FACTOR
+from speedlab.results.table import fmt_ms
+
+UNEVEN = 0.25
+"""How far the average step may be from the typical (median) step before the notes say so."""
+LOOP_SHARE = 0.2
+"""Share of the step the loop's own work (hooks, logging) takes before the notes name it."""
+
+
+def steady_notes(run: RunResult) -> list[str]:
+    """The notes on how the run's steady figures were counted, where there is something to say."""
+    s = run.steady
+    if not s.steps:
+        return []
+    notes = []
+    if s.pauses:
+        steps = ", ".join(f"step {p.step + 1} ({fmt_ms(p.seconds)})" for p in s.pauses)
+        notes.append(
+            f"Paused: {steps} against a typical {fmt_ms(s.pauses[0].typical)}: a garbage "
+            "collection, a kernel's first use or other work on the machine; left out of the "
+            "figures."
+        )
+    if s.recurring:
+        notes.append(
+            f"{s.recurring} rounds of steps took over {PAUSE_FACTOR:.0f} times the typical one: "
+            "too many to be pauses, they are counted as part of the run's cost."
+        )
+    if abs(s.step_time / s.typical_step - 1) > UNEVEN:
+        why = "the workers deliver in bursts" if run.loader_workers() else "the steps are uneven"
+        notes.append(
+            f"The typical step takes {fmt_ms(s.typical_step)}, the average "
+            f"{fmt_ms(s.step_time)} ({why}): the figures are averages"
+            + (" over whole rounds of the workers." if run.loader_workers() else ".")
+        )
+    if s.loop_time > LOOP_SHARE * s.step_time:
+        notes.append(
+            f"The loop's own work between steps (hooks, logging, a progress bar) takes "
+            f"{fmt_ms(s.loop_time)} a step, {s.loop_time / s.step_time:.0%} of it; batch_time "
+            "counts it."
+        )
+    return notes

@@ -1,0 +1,85 @@
+"""The one rule for a run's steady figures: averages over whole rounds, pauses named."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedlab.results.steady import PAUSE_FACTOR, rounds, steady
+from tests.records import run_of
+
+
+def _records(walls: list[float], data: list[float] | None = None) -> dict:
+    data = data or [0.0] * len(walls)
+    return {
+        "wall": walls,
+        "data_time": data,
+        "batch_time": [w - d for w, d in zip(walls, data)],
+        "samples": [10] * len(walls),
+    }
+
+
+def test_rounds_are_whole_and_a_partial_last_one_is_left_out() -> None:
+    assert rounds(range(7), 3) == [[0, 1, 2], [3, 4, 5]]
+    assert rounds(range(3), 0) == [[0], [1], [2]]
+    assert rounds(range(2), 4) == [[0, 1]]  # all there is
+    assert rounds([], 2) == []
+
+
+def test_a_single_pause_is_left_out_and_named_with_its_step() -> None:
+    walls = [0.005] * 60
+    walls[30] = 0.155
+    s = steady(_records(walls), range(60), 0)
+    assert [(p.step, p.seconds) for p in s.pauses] == [(30, 0.155)]
+    assert s.pauses[0].typical == pytest.approx(0.005)
+    assert 30 not in s.steps and len(s.steps) == 59
+    assert s.samples_per_s == pytest.approx(10 / 0.005)
+
+
+def test_a_long_round_must_also_be_long_in_seconds_to_be_a_pause() -> None:
+    walls = [0.0003] * 60
+    walls[10] = 0.004  # a scheduling hiccup: 13 times the step, 3.7 ms
+    s = steady(_records(walls), range(60), 0)
+    assert not s.pauses and len(s.steps) == 60
+
+
+def test_long_rounds_that_recur_are_the_runs_cost_not_pauses() -> None:
+    walls = [0.005] * 60
+    for i in range(0, 60, 10):
+        walls[i] = 0.2
+    s = steady(_records(walls), range(60), 0)
+    assert not s.pauses and s.recurring == 6 and len(s.steps) == 60
+    assert s.step_time == pytest.approx(sum(walls) / 60)
+
+
+def test_bursts_of_the_workers_are_not_pauses_and_count_by_their_average() -> None:
+    """Eight workers in lockstep: one step waits 86 ms for the next eight batches, seven find
+    theirs ready. That long step is 43 times the median one, yet it is how the run goes."""
+    data = [0.084 if i % 8 == 0 else 0.0 for i in range(80)]
+    walls = [d + 0.002 for d in data]
+    s = steady(_records(walls, data), range(80), 8)
+    assert not s.pauses and not s.recurring
+    assert s.data_time == pytest.approx(0.084 / 8)
+    assert s.typical_data == 0.0 and s.typical_step == pytest.approx(0.002)
+    assert s.data_share == pytest.approx(s.data_time / s.step_time)
+    assert s.samples_per_s == pytest.approx(10 / s.step_time)
+
+
+def test_a_pause_in_a_round_of_workers_leaves_the_whole_round_out() -> None:
+    data = [0.03 if i % 2 == 0 else 0.0 for i in range(40)]
+    walls = [d + 0.005 for d in data]
+    walls[21] += 0.5  # the main process paused in the second step of round 10
+    s = steady(_records(walls, data), range(40), 2)
+    assert [p.step for p in s.pauses] == [21]
+    assert 20 not in s.steps and 21 not in s.steps
+    assert s.data_time == pytest.approx(0.015)  # every kept round holds one wait
+
+
+def test_a_run_with_one_150_ms_pause_is_as_fast_as_the_same_run_without() -> None:
+    steady_steps = [0.005] * 60
+    paused = list(steady_steps)
+    paused[40] += 0.150
+    a = run_of([0.0] * 61, [0.005, *steady_steps])
+    b = run_of([0.0] * 61, [0.005, *paused])
+    assert b.samples_per_s / a.samples_per_s == pytest.approx(1.0)
+    assert [p.step for p in b.steady.pauses] == [41]
+    assert PAUSE_FACTOR * 0.005 < 0.155
