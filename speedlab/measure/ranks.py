@@ -3,7 +3,8 @@
 With DDP every rank is a process running its own copy of the SpeedProbe. ``RankRecorder`` is
 the probe's distributed half; it times the gradient all-reduce and brings every rank's records
 to one place, where ``job_result`` builds the job's RunResult: one entry per rank in ``ranks``,
-throughput summed over the ranks, data_time and batch_time from the slowest rank.
+throughput summed over the ranks, data_time the slowest rank's wait, batch_time the rest of the
+job's step (which lasts as long as the longest rank's), so the job's figures add up as a run's.
 
 How the records travel:
 
