@@ -265,6 +265,20 @@ def option_text(knob: str, *values: Any) -> str:
     return f"--{option_name(knob)} {text}"
 
 
+PARTS = {
+    "data": ("workers", "pin_memory", "persistent_workers", "preload"),
+    "step": ("precision", "compile", "matmul", "batch_size"),
+    "devices": ("devices", "strategy"),
+}
+"""The part of training each knob acts on: loading the data, the step's compute, the devices.
+A sweep's views show in full the findings about the parts it changed."""
+
+
+def knob_part(knob: str) -> str | None:
+    """The part of training ``knob`` acts on (``PARTS``); None for a Trainer argument."""
+    return next((part for part, knobs in PARTS.items() if knob in knobs), None)
+
+
 def explain(knob: str) -> str:
     """The teaching text for a knob: what it does, when it helps and when it does not."""
     key = knob_name(knob)

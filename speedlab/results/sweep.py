@@ -6,7 +6,6 @@ formats each run's stored comparison with the baseline) and its chart (speedlab.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Mapping
@@ -117,11 +116,16 @@ class SweepResult:
         return "\n".join([str(self.table()), *self.notes])
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
+        """The table, the notes and the findings: those about what the sweep changed in full,
+        the others one line each (speedlab.notebook.diagnosis)."""
+        from speedlab.notebook.diagnosis import findings_text
+
         p.text(str(self))
-        for finding in self.diagnosis:
+        for line in findings_text(self):
             p.break_()
-            p.text(str(finding))
+            p.text(line)
 
     def _repr_html_(self) -> str:
-        findings = "".join(f"<li>{html.escape(str(f))}</li>" for f in self.diagnosis)
-        return self.table()._repr_html_() + (f"<ul>{findings}</ul>" if findings else "")
+        from speedlab.notebook.diagnosis import findings_html
+
+        return self.table()._repr_html_() + findings_html(self)
