@@ -115,7 +115,9 @@ class Comparison(Record):
             f"middle halves {self.a.q1:.1f}-{self.a.q3:.1f} vs {self.b.q1:.1f}-{self.b.q3:.1f}"
             " samples/s"
         )
-        return f"{speedup}, {self.verdict} ({spread})"
+        reason = self.reason
+        said = spread if reason in (None, "middle halves overlap") else f"{reason}; {spread}"
+        return f"{speedup}, {self.verdict} ({said})"
 
 
 def _percents(change: float, needed: float) -> tuple[str, str]:

@@ -92,3 +92,10 @@ def test_the_one_line_text_gives_the_same_reason() -> None:
     )
     inert = Comparison(2.0, False, throughput(10, 11), throughput(20, 21), inert=("matmul=a/b",))
     assert str(inert).startswith("2.00x, within noise: matmul=a/b changed nothing here")
+    small = Comparison(1.03, False, throughput(99, 100), throughput(102, 103), needed=0.05)
+    assert str(small) == (
+        "1.03x, within noise (+3%, under the 5% needed; middle halves 99.0-100.0 vs "
+        "102.0-103.0 samples/s)"
+    )
+    wide = Comparison(0.58, False, throughput(80, 120), throughput(40, 90), needed=0.05)
+    assert str(wide) == "0.58x, within noise (middle halves 80.0-120.0 vs 40.0-90.0 samples/s)"
