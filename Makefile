@@ -27,7 +27,8 @@ EDGE_PYTHONS ?= 3.10 3.13
 # Pythons is a CUDA build of several GB, whose download took CI most of its time; the whole
 # suite, real DDP ranks included, runs on every Python with `make test-pythons`.
 EDGE_TESTS   ?= tests/results tests/measure/test_ranks_exit.py tests/measure/test_fork_pause.py \
-                tests/measure/test_system.py tests/notebook/test_capture.py \
+                tests/measure/test_system.py tests/measure/test_cgroup.py \
+                tests/notebook/test_capture.py \
                 tests/notebook/test_tables.py tests/notebook/test_report.py \
                 tests/notebook/test_plots.py tests/test_binder.py tests/test_layout.py \
                 tests/test_cli.py
@@ -50,11 +51,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# JupyterLab prints the address to open (with its token) once it serves. As root (a container,
+# a cloud VM) it needs --allow-root; `make run LAB_ARGS="--no-browser --port=8890"` adds
+# JupyterLab's own options (--ip=0.0.0.0 to reach a container from outside).
+LAB_ARGS ?=
+ROOT_ARG = $(if $(filter 0,$(shell id -u)),--allow-root)
+
 run: setup
 	@if [ -d notebooks ] && ls notebooks/*.ipynb >/dev/null 2>&1; then \
-		$(VENV)/bin/jupyter lab notebooks/; \
+		echo "JupyterLab starts on the lessons: open the http://...:PORT/lab?token=... address it prints below."; \
+		exec $(VENV)/bin/jupyter lab notebooks/ $(ROOT_ARG) $(LAB_ARGS); \
 	else \
-		$(VENV)/bin/speedlab demo; \
+		exec $(VENV)/bin/speedlab demo; \
 	fi
 
 demo: setup

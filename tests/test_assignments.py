@@ -3,6 +3,7 @@ real worker processes, graded by check() as a student's notebook does."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from speedlab.assignments import FASTER_PIPELINE, CheckResult, check, slow_pipel
 from speedlab.assignments.pass_mark import MAX_PASS_MARK, pass_mark, reach
 from speedlab.labs import QUIET_TRAINER
 from speedlab.results.run import RunResult
+from tests.cgroups import GRADE_SOLUTION, quota_or_skip, run_under
 from tests.records import run_of
 
 # Fewer, shorter pairs where the claim does not need the assignment's full measurement.
@@ -109,6 +111,22 @@ def test_beside_a_busy_core_the_reference_solution_never_fails(busy_core: None) 
     assert result.passed or not result.graded, str(result)
 
 
+@pytest.mark.slow
+def test_in_a_container_beside_a_busy_process_the_verdict_uses_the_quotas_cores() -> None:
+    """Graded as Binder and JupyterHub grade: a cgroup limited to 1.5 cores, another process
+    keeping a core busy under the same quota. The pass mark is this quota's, and the verdict
+    names the other process's share of it; the solution is never failed for it."""
+    with quota_or_skip(1.5) as cgroup:
+        found = json.loads(run_under(cgroup, GRADE_SOLUTION, busy=True, timeout_s=280))
+    verdict = found["verdict"]
+    assert found["passed"] or not found["graded"], verdict
+    assert set(found["quota_cores"]) == {1.5}
+    quota = "the 1.5 cores of this container's CPU quota"
+    assert f"needed on {quota})" in verdict or not found["graded"], verdict
+    assert found["other_cores"] >= 0.5, found  # the busy process, under the same quota
+    assert f"{found['other_cores']:.1f} of {quota} (" in verdict
+
+
 def run(data_ms: float, batch_ms: float, busy: float) -> RunResult:
     """A reference run without workers whose loading kept the training thread busy for
     ``busy`` of its time (the sampler's figure for that thread)."""
@@ -140,3 +158,34 @@ def test_the_pass_mark_is_half_way_to_the_reach_and_at_most_2x() -> None:
     # disturbed one sets the mark, so a busy machine does not lower it.
     disturbed = [run(100, 200, 0.5), run(100, 100, 0.5), run(100, 200, 0.5)]
     assert pass_mark(disturbed, cores=2) == pytest.approx(1.3, rel=0.02)
+
+
+def test_under_a_quota_the_pass_mark_and_the_verdict_use_its_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runs' own record of their quota sets the cores: 1.5, not the machine's 2; a verdict
+    beside a busy process under the quota names its share of them."""
+    from speedlab.analysis import compare
+    from speedlab.assignments import grading
+
+    monkeypatch.setattr(compare, "usable_cores", lambda: 2)
+    quota = {"cores": 2, "samples": 10, "cpu_quota_cores": 1.5, "cgroup_cpu_percent": 150.0}
+
+    def under_quota(result: RunResult) -> RunResult:
+        return replace(result, system=replace(result.system, **quota))
+
+    reference = [under_quota(run(100, 100, 0.5))] * 3  # reach 200 / (100 + 50 / 1.5) = 1.5x
+    student = [under_quota(run(10, 100, 0.5))] * 3  # 200 / 110 = 1.8x
+    result = grading._verdict(reference, student)
+    assert result.passed and result.pass_mark == pytest.approx(1.25, rel=0.02)
+    assert "x needed on the 1.5 cores of this container's CPU quota)" in str(result)
+    others = f"{result.other_cores:.1f}"
+    assert f"Other processes used {others} of the 1.5 cores of this container's CPU quota (" in (
+        str(result)
+    )
+    slow = [under_quota(run(95, 100, 0.5))] * 3  # 1.03x: below the mark, beside the others
+    declined = grading._verdict(reference, slow)
+    assert not declined.graded and str(declined).startswith(
+        f"CANNOT GRADE NOW: other processes used {others} of the 1.5 cores of this "
+        "container's CPU quota ("
+    )

@@ -36,16 +36,35 @@ def run_cores(run: RunResult) -> int:
     return min(int(run.system.cores or usable_cores()), usable_cores())
 
 
-def other_processes_cores(run: RunResult) -> float:
-    """Cores that processes outside the run used while it ran (machine CPU less the run's).
+def run_cpu(run: RunResult) -> float:
+    """CPU the run could use, in cores: ``run_cores``, or the CPU quota it ran under where that
+    is less (1.5 in a container limited to 1.5 cores)."""
+    quota = run.system.cpu_quota_cores
+    return min(float(run_cores(run)), quota) if quota else float(run_cores(run))
 
-    0 when the machine's figures cover more cores than the run may use (a container with a CPU
-    quota sees the whole host's CPU, mostly other tenants' cores).
+
+def other_processes_cores(run: RunResult) -> float:
+    """Cores of the run's CPU that other processes took while it ran.
+
+    Under a cgroup's CPU quota (a container): what the other processes under the quota used
+    (the cgroup's CPU less the run's), plus what processes outside it used beyond the cores the
+    quota leaves them (a 1.5-core quota on 2 cores leaves them half a core), at most the run's
+    CPU (``run_cpu``).
+    Elsewhere: the machine's CPU less the run's; 0 when the machine's figures cover more cores
+    than the run may use and no quota says which of them are the run's.
     """
     s = run.system
+    ours = ((s.main_cpu_percent or 0.0) + (s.workers_cpu_percent or 0.0)) / 100
+    if s.cpu_quota_cores and s.cgroup_cpu_percent is not None:
+        cgroup, usable = s.cgroup_cpu_percent / 100, run_cpu(run)
+        inside = max(0.0, cgroup - ours)
+        outside = 0.0
+        if s.cpu_percent is not None and s.cores:
+            elsewhere = max(0.0, s.cpu_percent / 100 * s.cores - cgroup)
+            outside = max(0.0, elsewhere - (s.cores - usable))
+        return min(usable, inside + outside)
     if s.cpu_percent is None or int(s.cores or 0) != run_cores(run):
         return 0.0
-    ours = ((s.main_cpu_percent or 0.0) + (s.workers_cpu_percent or 0.0)) / 100
     return max(0.0, s.cpu_percent / 100 * int(s.cores or 1) - ours)
 
 
@@ -108,7 +127,7 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
             "Single runs: drift between runs is not measured; --repeat 3 confirms a small change."
         )
     cores = min(run_cores(a), run_cores(b))
-    shared = max(other_processes_cores(a) / run_cores(a), other_processes_cores(b) / run_cores(b))
+    shared = max(other_processes_cores(a) / run_cpu(a), other_processes_cores(b) / run_cpu(b))
     needed = MIN_EFFECT + SHARED_EFFECT * shared
     if needed >= 2 * MIN_EFFECT:
         warnings.append(

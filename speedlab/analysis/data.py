@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from speedlab.analysis.compare import other_processes_cores, run_cores
+from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
 from speedlab.analysis.findings import device_name, torch_threads
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -207,9 +207,11 @@ def _contention(run: RunResult) -> str:
     others = other_processes_cores(run)
     if others < CONTENDED_CORES:
         return ""
+    cpu = run_cpu(run)
+    of = f"the {cpu:g} cores of its CPU quota" if cpu < run_cores(run) else f"its {cpu:g} cores"
     return (
-        f" Other processes used about {others:.1f} of the machine's {run.system.cores} "
-        "cores meanwhile: this run's figures are slower than on a quiet machine."
+        f" Other processes used about {others:.1f} of {of} meanwhile: this run's figures are "
+        "slower than on a quiet machine."
     )
 
 

@@ -8,6 +8,10 @@ that changed the model or the data fails after the first pair (``same_work``).
 Other processes' CPU is read from each run's system sampler. A speedup below the mark while
 they used ``CONTENDED_CORES`` or more is not a fail: the verdict is "CANNOT GRADE NOW", with
 the figures, and the student runs ``check()`` again on a quiet machine. A pass is a pass.
+
+In a container with a CPU quota (Binder, JupyterHub) the cores are the quota's (1.5 cores, not
+the host's count), and the other processes are those sharing the quota, as the runs' samplers
+read them from the cgroup (``speedlab.analysis.compare.other_processes_cores``).
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedlab.analysis.compare import other_processes_cores
+from speedlab.analysis.compare import other_processes_cores, run_cpu
 from speedlab.analysis.data import CONTENDED_CORES
 from speedlab.assignments.pass_mark import pass_mark
 from speedlab.assignments.pipeline import reference_train
 from speedlab.assignments.same_work import changed
-from speedlab.measure.machine import usable_cores
+from speedlab.measure.machine import usable_cpu
 from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
@@ -91,7 +95,7 @@ def _measure(train: Callable[[], None], assignment: Assignment, deadline: float)
         raise _OverTime
     pl.seed_everything(0, verbose=False)
     controls = RunControls(steps=assignment.steps, time=remaining, warmup=assignment.warmup)
-    results, _ = run_once(train, Knobs(), controls)
+    results, _ = run_once(train, Knobs(), controls, fingerprint_data=True)
     return results[0]
 
 
@@ -130,19 +134,37 @@ def check(train: Callable[[], None], assignment: Assignment = FASTER_PIPELINE) -
 
 
 def _verdict(reference: list[RunResult], student: list[RunResult]) -> CheckResult:
-    cores = usable_cores()
+    cores, named = _cores(reference + student)
     mark = pass_mark(reference, cores)
     base = summarize([r.samples_per_s for r in reference]).median
     mine = summarize([r.samples_per_s for r in student]).median
     speedup = mine / base
     figures = (
         f"{mine:.0f} samples/s against {base:.0f} for the reference: {speedup:.2f}x "
-        f"({mark:.2f}x needed on this machine's {cores} cores)"
+        f"({mark:.2f}x needed on {named})"
     )
     if speedup < mark:
         return _fail_or_decline(reference, student, figures, " Look at data_time.", speedup, mark)
     others = _other_cores(reference + student)
-    return CheckResult(True, speedup, f"{figures}.", True, mark, others, reference, student)
+    message = f"{figures}."
+    if others >= CONTENDED_CORES:
+        message += f" Other processes used {_share(others, cores, named)} meanwhile."
+    return CheckResult(True, speedup, message, True, mark, others, reference, student)
+
+
+def _cores(runs: list[RunResult]) -> tuple[float, str]:
+    """The CPU the runs could use, in cores (a container's quota where it has one), and its
+    name in a verdict."""
+    cores = min(map(run_cpu, runs), default=usable_cpu())
+    if any(r.system.cpu_quota_cores == cores for r in runs):
+        return cores, f"the {cores:g} cores of this container's CPU quota"
+    return cores, f"this machine's {cores:g} cores"
+
+
+def _share(others: float, cores: float, named: str) -> str:
+    """Other processes' share of the cores, in words: "0.9 of the 1.5 cores of this
+    container's CPU quota (60%)"."""
+    return f"{others:.1f} of {named} ({others / cores:.0%})"
 
 
 def _other_cores(runs: list[RunResult]) -> float:
@@ -163,8 +185,9 @@ def _fail_or_decline(
     if others < CONTENDED_CORES:
         message = f"{measured}.{advice}"
         return CheckResult(False, speedup, message, True, mark, others, reference, student)
+    cores, named = _cores(reference + student)
     message = (
-        f"other processes used {others:.1f} of {usable_cores()} cores during grading; close "
-        f"them and run check() again. Measured meanwhile: {measured}."
+        f"other processes used {_share(others, cores, named)} during grading; close them and "
+        f"run check() again. Measured meanwhile: {measured}."
     )
     return CheckResult(False, speedup, message, False, mark, others, reference, student)

@@ -21,14 +21,14 @@ MAX_PASS_MARK = 2.0
 """The pass mark on a machine where the fix reaches far: twice the reference's samples/s."""
 
 
-def reach(reference: RunResult, cores: int) -> float:
+def reach(reference: RunResult, cores: float) -> float:
     """The speedup of the reference once its wait for data is hidden (see the module)."""
     busy = loader_busy(reference)
     loading_cpu = reference.data_time * (1.0 if busy is None else busy)
     return reference.step_time / (reference.batch_time + loading_cpu / max(cores, 1))
 
 
-def pass_mark(references: list[RunResult], cores: int) -> float:
+def pass_mark(references: list[RunResult], cores: float) -> float:
     """Half-way between 1x and the furthest reach of the reference runs, at most MAX_PASS_MARK.
 
     The furthest is the least disturbed: other processes' load lengthens the reference's

@@ -9,8 +9,9 @@ of those files' bytes, and the shape, dtype and a hash of a few samples as the m
 how the data travels (workers, pinned memory, prefetching, preloading) leave it unchanged.
 
 It reads ``SAMPLES`` samples, at fixed indices spread over the dataset, and is meant to be
-taken once the fit it describes has ended (``speedlab.run.intercept`` does so), so that its
-reads cannot change the run they describe. Nor do they change the next one: the random draws
+taken once the fit it describes has ended, so that its reads cannot change the run they
+describe: ``speedlab.run.intercept`` does so where an assignment grades, and only there (a
+profiled fit reads nothing after training). Nor do they change the next one: the random draws
 come from a forked generator (the next run shuffles as it would have), and the page cache
 gains at most ``SAMPLES`` small files of a dataset that training reads anyway (a slow-storage
 simulator sleeps whether or not a file is cached). The files are read directly for their

@@ -1,7 +1,8 @@
 """The machine as it is: usable cores, memory and container limits, /dev/shm, GPUs, versions.
 
 `system_info` describes the static environment for `%speedlab system` and the run store;
-`usable_cores` is what a run may use (affinity and cgroup quota, not the host's count).
+`usable_cpu` and `usable_cores` are what a run may use (affinity and cgroup quota, not the
+host's count).
 
 Nothing here imports torch or lightning: torch is only consulted when the user's code has
 already imported it, and CUDA is never initialised (that would break fork-based workers).
@@ -24,10 +25,10 @@ from typing import Any
 
 import psutil
 
+from speedlab.measure.cgroup import PROC_SELF, cpu_quota, memory_limit
 from speedlab.measure.numerics import cpu_math, cpu_math_text, cuda_capability_text
 
 SHM_PATH = "/dev/shm"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def imported_torch() -> ModuleType | None:
@@ -113,45 +114,31 @@ class Nvml:
         self._lib, self.handles = None, []
 
 
-def cgroup_limits(root: Path = CGROUP_ROOT) -> tuple[float | None, int | None]:
+def cgroup_limits(proc: Path = PROC_SELF) -> tuple[float | None, int | None]:
     """The container's CPU quota (in cores) and memory limit (bytes); None where unlimited.
 
     Binder and Kubernetes limit a notebook through cgroups while `os.cpu_count()` and
-    `psutil.virtual_memory()` still describe the whole host. Reads cgroup v2, then v1.
+    `psutil.virtual_memory()` still describe the whole host. Read from this process's own
+    cgroup and those above it, v2 or v1 (``speedlab.measure.cgroup``).
     """
-    cpu = _read_ints(root / "cpu.max") or _read_ints(
-        root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
-    )
-    mem = _read_ints(root / "memory.max") or _read_ints(root / "memory" / "memory.limit_in_bytes")
-    cores = cpu[0] / cpu[1] if cpu and len(cpu) == 2 and cpu[0] > 0 and cpu[1] > 0 else None
-    # cgroup v1 writes "no limit" as a huge page-aligned number.
-    limit = mem[0] if mem and 0 < mem[0] < 2**62 else None
-    return cores, limit
+    quota = cpu_quota(proc)
+    return (quota.cores if quota is not None else None), memory_limit(proc)
 
 
-def _read_ints(*paths: Path) -> list[int] | None:
-    """The integers in these small files, None if any is missing or says "max" (no limit)."""
-    values: list[int] = []
-    for path in paths:
-        try:
-            words = path.read_text().split()
-        except OSError:
-            return None
-        if not words or not all(w.lstrip("-").isdigit() for w in words):
-            return None
-        values += [int(w) for w in words]
-    return values
-
-
-def usable_cores() -> int:
-    """Cores this process can really use: logical cores, CPU affinity and cgroup quota."""
+def usable_cpu() -> float:
+    """CPU this process can really use, in cores: logical cores and CPU affinity, or the
+    cgroup's CPU quota where it is less (1.5 under a quota of 1.5 cores)."""
     cores = psutil.cpu_count() or 1
     if hasattr(os, "sched_getaffinity"):
         cores = min(cores, len(os.sched_getaffinity(0)))
-    quota, _ = cgroup_limits()
-    if quota is not None:
-        cores = min(cores, max(1, math.ceil(quota)))
-    return cores
+    quota = cpu_quota()
+    return min(float(cores), quota.cores) if quota is not None else float(cores)
+
+
+def usable_cores() -> int:
+    """Whole cores this process can use (``usable_cpu`` rounded up, at least 1): a quota of 1.5
+    cores lets two threads run, each part of the time."""
+    return max(1, math.ceil(usable_cpu()))
 
 
 def system_info() -> dict[str, Any]:
@@ -166,12 +153,13 @@ def system_info() -> dict[str, Any]:
     """
     memory = psutil.virtual_memory()
     shm = shutil.disk_usage(SHM_PATH) if os.path.isdir(SHM_PATH) else None
-    _, memory_limit = cgroup_limits()
+    quota, memory_limit = cgroup_limits()
     torch = imported_torch()
     return {
         "cores_logical": psutil.cpu_count(logical=True),
         "cores_physical": psutil.cpu_count(logical=False),
         "cores_usable": usable_cores(),
+        "cpu_quota_cores": quota,
         "cpu_math": cpu_math(),
         "torch_cpu_capability": _torch_cpu_capability(torch),
         "ram_total_bytes": memory.total,
@@ -258,7 +246,12 @@ def format_system_info(info: dict[str, Any]) -> str:
         (
             "CPU cores",
             f"{info['cores_logical']} logical, {info['cores_physical'] or '?'} physical, "
-            f"{info['cores_usable']} usable by this process",
+            f"{info['cores_usable']} usable by this process"
+            + (
+                f" (a CPU quota of {quota:g} cores)"
+                if (quota := info.get("cpu_quota_cores"))
+                else ""
+            ),
         ),
         ("CPU math", cpu_words),
         (

@@ -2,7 +2,9 @@
 
 `SystemSampler` watches the main process and the children born during the run (DataLoader
 workers) at about 4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound
-one. The machine's static description is speedlab.measure.machine.
+one. Under a cgroup's CPU quota (a container) it also reads the CPU every process under the
+quota used (speedlab.measure.cgroup), so other processes sharing the quota can be told apart.
+The machine's static description is speedlab.measure.machine.
 
 Nothing here imports torch or lightning: torch is only consulted when the user's code has
 already imported it, and CUDA is never initialised (that would break fork-based workers).
@@ -24,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from speedlab.measure.cgroup import cpu_quota
 from speedlab.measure.devices import memory_reserved
 from speedlab.measure.fork_pause import ForkPause
 from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch
@@ -55,6 +58,9 @@ class SystemSample:
     # The thread that started the sampler (the one that trains), where the OS reports it
     train_thread_cpu_percent: float | None = None
     workers_rss_counted: bool = False  # a worker's whole RSS was added (see ``unique_bytes``)
+    # Every process under the cgroup's CPU quota (this one, its workers and any other), in
+    # percent of one core; None without a quota or where its CPU counter cannot be read
+    cgroup_cpu_percent: float | None = None
 
 
 class SystemSampler:
@@ -128,7 +134,8 @@ class SystemSampler:
 
     def summary(self) -> SystemSummary:
         """Summary of the samples so far; after `stop()` it covers the whole run."""
-        return summarize(self.samples, psutil.cpu_count() or 1)
+        quota = self._reader.quota if self._reader is not None else None
+        return summarize(self.samples, psutil.cpu_count() or 1, quota.cores if quota else None)
 
     def _add(self, sample: SystemSample) -> None:
         with self._lock:
@@ -143,8 +150,11 @@ class SystemSampler:
             due = max(due + self.interval_s, time.perf_counter())
 
 
-def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
-    """Summarise samples: CPU means weighted by interval length, memory as peaks."""
+def summarize(
+    samples: list[SystemSample], cores: int, quota_cores: float | None = None
+) -> SystemSummary:
+    """Summarise samples: CPU means weighted by interval length, memory as peaks.
+    ``quota_cores``: the cgroup's CPU quota the samples were taken under, if any."""
     timed = [(b.t - a.t, b) for a, b in pairwise(samples) if b.cpu_percent is not None]
     span = sum(dt for dt, _ in timed)
 
@@ -158,6 +168,7 @@ def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
     shms = [s.shm_used_bytes for s in samples if s.shm_used_bytes is not None]
     threads = [s.torch_threads for s in samples if s.torch_threads is not None]
     has_thread = bool(timed) and all(s.train_thread_cpu_percent is not None for _, s in timed)
+    has_cgroup = bool(timed) and all(s.cgroup_cpu_percent is not None for _, s in timed)
     return SystemSummary(
         cores=cores,
         samples=len(samples),
@@ -179,6 +190,10 @@ def summarize(samples: list[SystemSample], cores: int) -> SystemSummary:
             weighted(lambda s: s.train_thread_cpu_percent or 0.0) if has_thread else None
         ),
         memory_note=OVERCOUNTED if any(s.workers_rss_counted for s in samples) else None,
+        cpu_quota_cores=quota_cores,
+        cgroup_cpu_percent=(
+            weighted(lambda s: s.cgroup_cpu_percent or 0.0) if has_cgroup else None
+        ),
     )
 
 
@@ -244,6 +259,8 @@ class _Reader:
         self._main = psutil.Process(os.getpid())
         self._thread_stat = Path(f"/proc/self/task/{train_thread}/stat")
         self._thread_cpu: float | None = None
+        self.quota = cpu_quota()
+        self._cgroup_cpu: float | None = None
         self._nvml = Nvml()
         self._t: float | None = None
         self._cpu: list[Any] = []
@@ -282,6 +299,7 @@ class _Reader:
     def read(self) -> SystemSample:
         t = time.perf_counter()
         cpu = psutil.cpu_times(percpu=True)
+        cgroup_cpu = self.quota.used_s() if self.quota is not None else None
         main_times = self._main.cpu_times()
         main_cpu = main_times.user + main_times.system
         thread_cpu = _thread_cpu_s(self._thread_stat)
@@ -335,8 +353,11 @@ class _Reader:
             if thread_cpu is not None and self._thread_cpu is not None:
                 busy = max(0.0, thread_cpu - self._thread_cpu)
                 sample = replace(sample, train_thread_cpu_percent=100.0 * busy / (t - self._t))
+            if cgroup_cpu is not None and self._cgroup_cpu is not None:
+                used = max(0.0, cgroup_cpu - self._cgroup_cpu)
+                sample = replace(sample, cgroup_cpu_percent=100.0 * used / (t - self._t))
         self._t, self._cpu, self._main_cpu = t, cpu, main_cpu
-        self._thread_cpu = thread_cpu
+        self._thread_cpu, self._cgroup_cpu = thread_cpu, cgroup_cpu
         self._before_cpu = before_cpu
         self._reaped_cpu, self._children_cpu = reaped_cpu, children_cpu
         return sample

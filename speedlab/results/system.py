@@ -37,6 +37,10 @@ class SystemSummary(Record):
     # Set where the workers' own pages could not be read and their whole RSS was added, so
     # pages they share with the main process count more than once
     memory_note: str | None = None
+    # The cgroup's CPU quota (a container's limit) in cores, None without one; and the CPU every
+    # process under it used, in percent of one core (None where it could not be read)
+    cpu_quota_cores: float | None = None
+    cgroup_cpu_percent: float | None = None
 
     @property
     def sampled(self) -> bool:

@@ -80,7 +80,8 @@ class FitRecord:
     model: Any = None
     exception: BaseException | None = None
     compiled: CompiledStep | None = None
-    data: dict[str, Any] | None = None  # measure.dataset.fingerprint of the training data
+    # measure.dataset.fingerprint of the training data, where the run asked for it
+    data: dict[str, Any] | None = None
     notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
 
     def note(self, *notes: str | None) -> None:
@@ -93,7 +94,8 @@ class FitRecord:
 
     def workload(self) -> dict[str, Any]:
         """What was trained: the model's class and size, how many training samples it had, the
-        fingerprint of its data and, when compiled, whether inductor's cache was cold or warm.
+        fingerprint of its data (where the run reads it) and, when compiled, whether inductor's
+        cache was cold or warm.
 
         ``notebook_class``: a class defined in the notebook that the workers could not import
         (``NotebookClass.fact()``): forked for, or why the fit was refused.
@@ -188,6 +190,13 @@ class _GlobalState:
 class Intercept:
     """Patch Trainer construction and fit for one run; restore everything on exit.
 
+    Args:
+        knobs: the run's knobs.
+        controls: how long it trains and its warm-up.
+        fingerprint_data: after each fit, read the fingerprint of its training data
+            (``speedlab.measure.dataset``: a few of its items) into its workload, as an
+            assignment that grades needs; a profiled fit reads nothing after training.
+
     Example::
 
         with Intercept(Knobs(workers=2), RunControls(steps=30)) as run:
@@ -195,9 +204,12 @@ class Intercept:
         results = [fit.probe.result() for fit in run.fits]
     """
 
-    def __init__(self, knobs: Knobs, controls: RunControls | None = None) -> None:
+    def __init__(
+        self, knobs: Knobs, controls: RunControls | None = None, *, fingerprint_data: bool = False
+    ) -> None:
         self.knobs = knobs
         self.controls = controls or RunControls()
+        self.fingerprint_data = fingerprint_data
         self.fits: list[FitRecord] = []
         self.notes: list[str] = []
         self.matmul_changes: bool | None = None  # whether --matmul changed float32 matmuls
@@ -353,7 +365,7 @@ class Intercept:
             finally:
                 if session._state is not None:
                     restore_sigint(session._state.sigint)
-                dataset = record.train_dataset()
+                dataset = record.train_dataset() if session.fingerprint_data else None
                 if dataset is not None:  # after the fit: its reads cannot change the run
                     record.data = fingerprint(dataset)
                 for item in preloaded:  # a preloaded copy is read before it goes

@@ -113,11 +113,16 @@ def run_once(
     controls: RunControls,
     *,
     view: LiveView | None = None,
+    fingerprint_data: bool = False,
 ) -> tuple[list[RunResult], BaseException | None]:
-    """Run the training function once with these knobs: one RunResult per ``fit`` it made."""
+    """Run the training function once with these knobs: one RunResult per ``fit`` it made.
+
+    ``fingerprint_data``: each result's workload also holds its training data's fingerprint,
+    read after the fit (``Intercept``), as grading needs.
+    """
     before = {p.pid for p in multiprocessing.active_children()}
     error: BaseException | None = None
-    session = Intercept(knobs, controls)
+    session = Intercept(knobs, controls, fingerprint_data=fingerprint_data)
     try:
         with session:
             if view is not None:

@@ -197,3 +197,35 @@ def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
     # back, so it takes batches as fast as two workers make them (4 ms each), about half its
     # wait without workers. "Under half" was a coin toss; three quarters leaves the handover.
     assert with_workers.host_data_time < 0.75 * without.host_data_time
+
+
+@pytest.mark.parametrize(
+    ("system", "expected"),
+    [
+        # a 1.5-core quota on 2 cores: this run 0.75 core, another process under the quota the
+        # rest of it; the host's other processes idle
+        ({"cpu_quota_cores": 1.5, "cgroup_cpu_percent": 150.0, "cpu_percent": 75.0}, 0.75),
+        # ... and the host's other processes on 1 core, leaving the quota 1 core: 0.5 more lost
+        ({"cpu_quota_cores": 1.5, "cgroup_cpu_percent": 100.0, "cpu_percent": 100.0}, 0.75),
+        # a quota alone under it: nothing taken, though the host is busy
+        ({"cpu_quota_cores": 1.5, "cgroup_cpu_percent": 75.0, "cpu_percent": 60.0}, 0.0),
+        # no quota: the machine's CPU less the run's
+        ({"cpu_percent": 75.0}, 0.75),
+        # a quota whose CPU counter could not be read, on a host of more cores than the run's
+        ({"cores": 64, "cpu_quota_cores": 1.5, "cpu_percent": 75.0}, 0.0),
+    ],
+    ids=["quota-shared", "quota-and-host-busy", "quota-alone", "no-quota", "quota-unread"],
+)
+def test_other_processes_cores_under_a_quota_are_read_from_the_cgroup(
+    monkeypatch: pytest.MonkeyPatch, system: dict, expected: float
+) -> None:
+    from speedlab.analysis import compare as compare_module
+
+    monkeypatch.setattr(compare_module, "usable_cores", lambda: 2)
+    run = replace(
+        run_of([0.01] * 10, [0.01] * 10),
+        system={"cores": 2, "samples": 10, "main_cpu_percent": 75.0, **system},
+    )
+    assert compare_module.other_processes_cores(run) == pytest.approx(expected)
+    quota = system.get("cpu_quota_cores")
+    assert compare_module.run_cpu(run) == (min(quota, 2) if quota else 2)

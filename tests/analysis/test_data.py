@@ -102,7 +102,7 @@ def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> 
     )
     (found,) = [f for f in diagnose(run) if f.kind in ("io_bound", "cpu_bound")]
     assert found.kind == "io_bound" and found.severity == "warn" and found.knob is None
-    assert "Other processes used about 0.9 of the machine's 2 cores" in found.evidence
+    assert "Other processes used about 0.9 of its 2 cores meanwhile" in found.evidence
     assert "cannot tell the two apart" in found.advice
     assert "waits for storage, not for the CPU" not in found.advice
     # the same run on a quiet machine: storage, and a knob

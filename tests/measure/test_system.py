@@ -22,7 +22,6 @@ import pytest
 
 import speedlab.measure.system
 from speedlab.measure.machine import (
-    cgroup_limits,
     format_bytes,
     format_system_info,
     system_info,
@@ -450,37 +449,6 @@ def test_format_bytes() -> None:
         "200.0 MiB",
         "3.0 GiB",
     ]
-
-
-@pytest.mark.parametrize(
-    ("files", "expected"),
-    [
-        ({}, (None, None)),
-        ({"cpu.max": "200000 100000\n", "memory.max": "2147483648\n"}, (2.0, 2**31)),
-        ({"cpu.max": "max 100000\n", "memory.max": "max\n"}, (None, None)),
-        (
-            {
-                "cpu/cpu.cfs_quota_us": "150000\n",
-                "cpu/cpu.cfs_period_us": "100000\n",
-                "memory/memory.limit_in_bytes": "1073741824\n",
-            },
-            (1.5, 2**30),
-        ),
-        (
-            {
-                "cpu/cpu.cfs_quota_us": "-1\n",
-                "cpu/cpu.cfs_period_us": "100000\n",
-                "memory/memory.limit_in_bytes": "9223372036854771712\n",
-            },
-            (None, None),
-        ),
-    ],
-)
-def test_cgroup_limits(tmp_path: Path, files: dict[str, str], expected: tuple) -> None:
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert cgroup_limits(tmp_path) == expected
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from speedlab.labs import (
     ThrottledOpener,
     make_shapes,
 )
+from speedlab.measure.dataset import SAMPLES
 from speedlab.measure.devices import CpuDevice
 from speedlab.results.knobs import Knobs
 from speedlab.run.intercept import Intercept, RunControls, _matmul, resolve_precision
@@ -355,3 +356,48 @@ def test_a_matmul_level_is_inert_only_where_no_device_here_changes(
         "matmul=medium on a fake GPU.",
         cpu_changes,
     )
+
+
+class ReadsCounted(KnownCostDataset):
+    """Counts the items read once training has ended (``trained``, set by ``EndOfTraining``)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.trained = False
+        self.read_after: list[int] = []
+
+    def __getitem__(self, index: int):
+        if self.trained:
+            self.read_after.append(index)
+        return super().__getitem__(index)
+
+
+class EndOfTraining(pl.Callback):
+    def __init__(self, dataset: ReadsCounted) -> None:
+        self.dataset = dataset
+
+    def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.dataset.trained = True
+
+
+@pytest.mark.parametrize("grading", [False, True], ids=["profiled", "graded"])
+def test_the_datas_fingerprint_is_read_after_a_fit_only_where_an_assignment_grades(
+    grading: bool,
+) -> None:
+    """A slow or side-effecting dataset pays nothing after a profiled fit; grading reads the
+    fingerprint's few items (``speedlab.measure.dataset``) to compare the data."""
+    dataset = ReadsCounted(64)
+
+    def train() -> None:
+        trainer = pl.Trainer(
+            max_steps=4, accelerator="cpu", callbacks=[EndOfTraining(dataset)], **QUIET_TRAINER
+        )
+        trainer.fit(KnownCostModel(step_s=0.001), DataLoader(dataset, batch_size=8))
+
+    with Intercept(Knobs(), RunControls(steps=4), fingerprint_data=grading) as run:
+        train()
+    workload = run.fits[0].workload()
+    if grading:
+        assert len(dataset.read_after) == SAMPLES and "data" in workload
+    else:
+        assert dataset.read_after == [] and "data" not in workload
