@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 from nbclient.exceptions import CellExecutionError
 
 from speedlab.measure.numerics import MATMUL_LEVELS, cpu_matmul_changes, matmul_effect
+from speedlab.results.findings import KINDS, SEVERITIES
 from tests.nbexec import NOTEBOOKS, execute
 
 TIME_LIMIT_S = 180
@@ -37,6 +39,58 @@ def printed(notebook: nbformat.NotebookNode) -> str:
     return "".join(o.get("text", "") for c in cells for o in c.outputs if o.output_type == "stream")
 
 
+def shown(notebook: nbformat.NotebookNode) -> str:
+    """Everything the notebook's cells show as text: what they printed, and the plain text of
+    what they displayed (a sweep displayed by ``%%profile_train`` lists its findings under its
+    table)."""
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    return "\n".join(
+        o.text if o.output_type == "stream" else o.get("data", {}).get("text/plain", "")
+        for o in outputs
+    )
+
+
+FINDING = re.compile(
+    rf"^\[(?:{'|'.join(SEVERITIES)})\] (?P<kind>{'|'.join(KINDS)}): .+$", re.MULTILINE
+)
+"""A finding as ``str(Finding)`` shows it, one a line: ``[critical] io_bound: Each step ...``."""
+
+
+def defined_kinds(path: Path) -> set[str]:
+    """The finding kinds a lesson defines: those its markdown names in backticks
+    (`` `io_bound` ``), which the lessons do first where they say in plain words what the kind
+    means."""
+    notebook = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    return {kind for kind in KINDS if f"`{kind}`" in text}
+
+
+def assert_findings_explained_once(name: str, notebook: nbformat.NotebookNode) -> None:
+    """Each finding the lesson shows is shown once, and its kind is defined in this lesson's
+    markdown or an earlier lesson's, so a newcomer reading the lessons in order never meets a
+    kind nobody has explained."""
+    defined = set().union(*(defined_kinds(p) for p in lesson_paths() if p.stem <= name))
+    found = [(m["kind"], m[0]) for m in FINDING.finditer(shown(notebook))]
+    undefined = sorted({kind for kind, _ in found} - defined)
+    assert not undefined, f"{name} shows findings of kinds no lesson up to it defines: {undefined}"
+    repeated = [text for text, times in Counter(text for _, text in found).items() if times > 1]
+    assert not repeated, f"{name} shows the same finding more than once: {repeated}"
+
+
+CHART_CALL = re.compile(r"\.plot\(\)|\.timeline\(")
+
+
+def assert_charts_shown(notebook: nbformat.NotebookNode) -> int:
+    """Each cell that draws a chart (calls ``.plot()`` or ``.timeline(``) shows it as one PNG
+    image, as JupyterLab, Notebook 7 and nbclassic do with no ``%matplotlib`` line. Returns how
+    many such cells there are."""
+    cells = [c for c in notebook.cells if c.cell_type == "code" and CHART_CALL.search(c.source)]
+    for cell in cells:
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 1, f"{cell.source!r} shows {len(images)} images: {cell.outputs}"
+    return len(cells)
+
+
 VERDICT = re.compile(
     r"(?P<label>[^:]+): (?P<speedup>[\d.]+)x, (?P<verdict>faster|slower|within noise|too few to tell)"
 )
@@ -48,6 +102,77 @@ def sweep_probe(name: str) -> str:
         f"'{name}_rates': [r.samples_per_s for r in {name}.runs], "
         f"'{name}_verdicts': speedlab.verdicts({name})"
     )
+
+
+RUN_FIGURES = """
+def _speedlab_run_figures():
+    import statistics
+
+    import speedlab
+    from speedlab.results.run import RunResult
+    from speedlab.results.sweep import SweepResult
+
+    named = [(k, v) for k, v in list(globals().items()) if not k.startswith("_")]
+    named.append(("speedlab.last", speedlab.last))
+    runs = [
+        (f"{name}: {run.label(value.baseline)}", run)
+        for name, value in named
+        if isinstance(value, SweepResult)
+        for run in value.runs
+    ]
+    runs += [(name, value) for name, value in named if isinstance(value, RunResult)]
+    seen, figures = set(), []
+    for label, run in runs:
+        for i, one in enumerate(run.replicates or [run]):
+            if id(one) in seen:
+                continue
+            seen.add(id(one))
+            steps = one.steady.steps
+            batch = [one.records["samples"][j] for j in steps]
+            figures.append({
+                "run": label + (f" (repeat {i + 1})" if run.replicates else ""),
+                "error": one.error,
+                "steady": len(steps),
+                "batch": statistics.median(batch) if batch else None,
+                "data_time": one.data_time,
+                "batch_time": one.batch_time,
+                "step_time": one.step_time,
+                "data_share": one.data_share,
+                "samples_per_s": one.samples_per_s,
+            })
+    return figures
+"""
+"""Kernel code: each run of each sweep in the kernel's globals (and ``speedlab.last``), each
+``RunResult`` there too, with the figures its table row shows and its batch size (the median of
+its steady steps' samples); a run with ``--repeat`` gives its replicates."""
+RUNS_PROBE = f"'runs': (exec({RUN_FIGURES!r}), _speedlab_run_figures())[1]"
+
+
+def assert_runs_add_up(runs: list[dict]) -> int:
+    """Every run's figures agree as the lessons say they do: step_time = data_time +
+    batch_time, samples/s = batch size / step_time (within 10%: a smaller last batch), and data
+    share = data_time / step_time. Runs that failed or have no steady step are left out.
+    Returns how many runs were checked."""
+    checked, wrong = 0, []
+    for r in runs:
+        if r["error"] or not r["steady"]:
+            continue
+        checked += 1
+        step = r["data_time"] + r["batch_time"]
+        if r["step_time"] != pytest.approx(step, rel=1e-9):
+            wrong.append(f"{r['run']}: step_time {r['step_time']} != data + batch {step}")
+        if abs(r["batch"] / step / r["samples_per_s"] - 1) > 0.10:
+            wrong.append(
+                f"{r['run']}: batch {r['batch']} / step {step * 1e3:.2f} ms ="
+                f" {r['batch'] / step:.1f}, samples/s {r['samples_per_s']:.1f}"
+            )
+        if r["data_share"] != pytest.approx(r["data_time"] / r["step_time"], rel=1e-9):
+            wrong.append(
+                f"{r['run']}: data share {r['data_share']} != data_time / step_time"
+                f" {r['data_time'] / r['step_time']}"
+            )
+    assert not wrong, "\n".join(wrong)
+    return checked
 
 
 def assert_verdicts(f: dict, name: str) -> list[str]:
@@ -70,12 +195,16 @@ def assert_verdicts(f: dict, name: str) -> list[str]:
 
 @lesson(
     "00_quickstart",
-    "{'steps': first.runs[0].steps, 'data': [r.data_time for r in workers.runs], "
+    "{'steps': first.runs[0].steps, 'data': [r.data_time for r in workers.runs],"
+    " 'columns': first.table().columns, 'legend': first.table().legend(), "
     + sweep_probe("workers")
     + "}",
 )
 def _quickstart(f: dict) -> None:
     assert f["steps"] == 40
+    assert f["legend"] in f["printed"]  # printed where the table first appears
+    for column in f["columns"]:  # a line for every column the table shows
+        assert re.search(rf"^{re.escape(column)}  +\S", f["legend"], re.MULTILINE), column
     data0, data1 = f["data"]
     assert data1 < data0  # "a worker prepares the next batch ..., so data_time falls"
     assert_verdicts(f, "workers")
@@ -180,14 +309,16 @@ def _precision(f: dict) -> None:
 @lesson(
     "05_compile",
     "{'compile': [r.phases.get('compile', 0) for r in comp.runs],"
-    " 'payback': [str(f) for f in payback], " + sweep_probe("comp") + "}",
+    " 'payback': [str(f) for f in comp.diagnosis if f.kind == 'compile_payback'], "
+    + sweep_probe("comp")
+    + "}",
 )
 def _compile(f: dict) -> None:
     plain, compiled = f["compile"]
     assert plain == 0 and compiled > 0
     [verdict] = assert_verdicts(f, "comp")
-    [payback] = f["payback"]  # the break-even, as the doctor has it, printed
-    assert payback in f["printed"] and "compile cache" in payback
+    [payback] = f["payback"]  # the break-even, as the doctor has it, under the table
+    assert payback in f["shown"] and "compile cache" in payback
     if verdict != "faster":  # a saving counts only beyond the noise
         assert "Break-even: never" in payback
 
@@ -215,17 +346,25 @@ def test_every_lesson_has_checks_and_is_committed_without_outputs() -> None:
         assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), path
 
 
+def test_every_finding_kind_is_defined_in_a_lesson() -> None:
+    defined = set().union(*(defined_kinds(p) for p in lesson_paths()))
+    assert defined == set(KINDS), f"no lesson defines {sorted(set(KINDS) - defined)}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(LESSONS))
 def test_lesson_runs_within_binder_limits(name: str, tmp_path: Path) -> None:
     probe, check = LESSONS[name]
-    run = execute(NOTEBOOKS / f"{name}.ipynb", tmp_path, probe=probe)
+    run = execute(NOTEBOOKS / f"{name}.ipynb", tmp_path, probe=f"{{**{probe}, {RUNS_PROBE}}}")
     print(
         f"{name}: {run.seconds:.0f} s, peak RSS {run.peak_rss_bytes / 1e6:.0f} MB, {json.dumps(run.figures)}"
     )
     assert run.seconds < TIME_LIMIT_S
-    check({**run.figures, "printed": printed(run.notebook)})
+    check({**run.figures, "printed": printed(run.notebook), "shown": shown(run.notebook)})
+    assert assert_runs_add_up(run.figures["runs"]) > 0
+    assert_charts_shown(run.notebook)
+    assert_findings_explained_once(name, run.notebook)
     if torch.version.cuda is not None:
         pytest.skip(
             f"{name}: its checks passed, but not the memory limit: that is Binder's, and Binder "

@@ -18,6 +18,15 @@ from speedlab.results.knobs import knob_part, option_text
 from speedlab.results.sweep import SweepResult
 
 FOLDED = "not about what this sweep changed"
+KIND_PARTS = {
+    **dict.fromkeys(
+        ("notebook_trap", "io_bound", "cpu_bound", "copy_bound", "oversubscribed"), "data"
+    ),
+    **dict.fromkeys(("epoch_start", "preload_payback"), "data"),
+    **dict.fromkeys(("overhead_bound", "host_sync", "model_bound", "compile_payback"), "step"),
+}
+"""The part of training a finding with no knob to try is about, by its kind; the verdict, a
+straggler (a worker or a rank) and validation are about every sweep."""
 
 
 def swept_parts(sweep: SweepResult) -> set[str]:
@@ -32,8 +41,13 @@ def about_the_sweep(sweep: SweepResult) -> tuple[list[Finding], list[Finding]]:
     parts = swept_parts(sweep)
     if not parts:
         return list(sweep.diagnosis), []
-    about = [f for f in sweep.diagnosis if knob_part(f.knob or "") in parts | {None}]
+    about = [f for f in sweep.diagnosis if finding_part(f) in parts | {None}]
     return about, [f for f in sweep.diagnosis if f not in about]
+
+
+def finding_part(finding: Finding) -> str | None:
+    """The part of training a finding is about: its knob's, else its kind's (``KIND_PARTS``)."""
+    return knob_part(finding.knob) if finding.knob else KIND_PARTS.get(finding.kind)
 
 
 def folded_line(finding: Finding) -> str:

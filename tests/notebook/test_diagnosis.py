@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from IPython.lib.pretty import pretty
 
-from speedlab.notebook.diagnosis import FOLDED, about_the_sweep, findings_html
-from speedlab.results.findings import Finding
+from speedlab.notebook.diagnosis import FOLDED, KIND_PARTS, about_the_sweep, findings_html
+from speedlab.results.findings import KINDS, Finding
 from speedlab.results.sweep import SweepResult
 from tests.records import run_of
 
@@ -51,3 +51,17 @@ def test_a_single_run_shows_every_finding_in_full() -> None:
     sweep = sweep_over("precision", ("32-true",))
     assert about_the_sweep(sweep) == ([VERDICT, COMPUTE, LOADING], [])
     assert "<details>" not in findings_html(sweep)
+
+
+def test_a_finding_with_no_knob_to_try_is_folded_by_its_kind() -> None:
+    """A loader reading tensors already in memory: the doctor names no knob, yet the finding is
+    about the data pipeline, not about a precision sweep's question."""
+    in_memory = Finding("cpu_bound", "Each step waits 9.0 ms for data.", "Measure again.")
+    sweep = sweep_over("precision", ("32-true", "bf16-mixed"))
+    sweep = SweepResult(sweep.runs, diagnosis=[VERDICT, in_memory])
+    assert about_the_sweep(sweep) == ([VERDICT], [in_memory])
+    assert f"[warn] cpu_bound ({FOLDED}; in full: .diagnosis)." in pretty(sweep)
+
+
+def test_every_kind_is_placed_in_a_part_or_shown_with_every_sweep() -> None:
+    assert set(KIND_PARTS) | {"verdict", "straggler", "validation_heavy"} == set(KINDS)
