@@ -4,10 +4,12 @@ steps (each family of rules is tested in the test module of its own module)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.measure.machine import usable_cores
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from tests.doctor_runs import known_cost, profile, the
@@ -35,6 +37,17 @@ FIGURE_RUNS = {
     "cpu_bound in bursts": _uneven(0.03, 0.01, workers=3),
     "oversubscribed": _uneven(0.03, 0.01, workers=3),
     "cpu_bound": _uneven(0.03, 0.01),
+    "io_bound": replace(  # the training thread idle through the wait: storage, not the CPU
+        _uneven(0.03, 0.01),
+        system={
+            "cores": usable_cores(),
+            "cpu_percent": 15.0,
+            "main_cpu_percent": 25.0,
+            "workers_cpu_percent": 0.0,
+            "train_thread_cpu_percent": 25.0,
+            "torch_threads": 1,
+        },
+    ),
     "overhead_bound": _uneven(0.0005, 0.002),
     "model_bound": _uneven(0.0001, 0.02),
 }
