@@ -18,6 +18,8 @@ from speedlab.results.knobs import knob_part, option_text
 from speedlab.results.sweep import SweepResult
 
 FOLDED = "not about what this sweep changed"
+SUMMARY_STYLE = "display:list-item;cursor:pointer"
+"""A disclosure's summary keeps its marker: nbclassic's stylesheet shows summaries as blocks."""
 KIND_PARTS = {
     **dict.fromkeys(
         ("notebook_trap", "io_bound", "cpu_bound", "copy_bound", "oversubscribed"), "data"
@@ -66,7 +68,8 @@ def findings_html(sweep: SweepResult) -> str:
     """The findings as a list, those off the sweep's topic folded in a disclosure."""
     about, others = about_the_sweep(sweep)
     items = [f"<li>{html.escape(str(f))}</li>" for f in about] + [
-        f"<li><details><summary>{html.escape(folded_line(f))}</summary>"
+        f'<li><details><summary style="{SUMMARY_STYLE}">'
+        f"{html.escape(folded_line(f))}</summary>"
         f"{html.escape(str(f))}</details></li>"
         for f in others
     ]

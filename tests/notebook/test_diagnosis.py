@@ -36,7 +36,7 @@ def test_a_precision_sweep_folds_the_data_pipelines_findings_to_one_line() -> No
     assert str(LOADING) not in text
     assert f"[critical] cpu_bound ({FOLDED}; in full: .diagnosis). Try --preload ram." in text
     page = findings_html(sweep)
-    assert "<details><summary>[critical] cpu_bound" in page
+    assert '<details><summary style="display:list-item;cursor:pointer">[critical] cpu_bound' in page
     assert "Each step waits 9.0 ms for data." in page  # in full, behind the disclosure
 
 

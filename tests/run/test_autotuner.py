@@ -69,10 +69,12 @@ def test_it_keeps_what_helps_and_reports_the_path_with_evidence(tuned: SweepResu
     assert kept is not None and kept is not tuned.baseline
     assert best.startswith(f"Best configuration: {kept.label()}, {kept.samples_per_s:.1f}")
     # Workers hide 16 ms of reads a step behind 5 ms of compute: about 1.9x here, quiet (12
-    # runs each of this tree and the last landed one: 1.54 to 2.28). A fixed figure needs the
-    # trial quiet too, as the fixture needs the baseline quiet.
+    # runs each of this tree and the last landed one: 1.54 to 2.28; clean-clone CI runs, the
+    # trial quiet: 1.39 and 1.41, where the two workers' handover shares 2 cores with the
+    # model). A fixed figure needs the trial quiet too, as the fixture needs the baseline
+    # quiet; 1.3x is well beyond the 5% a quiet machine's noise allows, below all of those.
     require_quiet(tuned.runs[1])
-    assert tuned.runs[1].speedup > 1.5
+    assert tuned.runs[1].speedup > 1.3
     assert tuned.diagnosis[0].kind == "verdict"
     assert speedlab.last is tuned
 

@@ -195,10 +195,18 @@ def test_a_single_150_ms_pause_is_named_and_decides_no_verdict() -> None:
     assert [p.step for p in paused.steady.pauses] == [30]
     assert paused.steady.pauses[0].seconds > 0.150
     assert any(n.startswith("Paused: step 31 (") for n in paused.notes), paused.notes
-    assert paused.speedup == pytest.approx(1.0, abs=0.1)
     assert paused.comparison.verdict != "slower"
     [line] = speedlab.verdicts(sweep)
     assert "slower" not in line
+    # Averaged in, the pause (150 ms over about 55 steps of 9 ms) would take about a quarter off
+    # the run's samples/s. The speedup between two single fits is not compared to 1.0 here:
+    # two fits of the same cell differ by up to 20% on a shared 2-core machine (seen in a
+    # clean-clone CI run: 1.21x; here 834 to 1012 samples/s for four identical fits in one
+    # cell); tests/results/test_steady.py checks the figure itself on records of equal cost.
+    steady = [i for i, phase in enumerate(paused.records["phase"]) if phase == "steady"]
+    walls = sum(paused.records["wall"][i] for i in steady)
+    averaged_in = 8 * len(steady) / walls
+    assert paused.samples_per_s > 1.15 * averaged_in
 
 
 class Stamps(pl.Callback):
