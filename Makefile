@@ -14,6 +14,11 @@ PYTHON ?= python3
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_PIP    = $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+# The test tools' own dependencies must not replace that torch: the project's install names it
+# again. LitData (streaming datasets, in the tests) comes without its dependencies: it asks for
+# torchvision, whose PyPI build fails to load beside a CPU torch and then breaks torch.compile;
+# pyproject's test extra lists what it needs for streaming tensors.
+LITDATA     ?= litdata>=0.2.50
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
@@ -48,7 +53,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_PIP)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test]" "$(TORCH)"
+	$(PY) -m pip install --quiet --no-deps $(LITDATA)
 	touch $(STAMP)
 
 # JupyterLab prints the address to open (with its token) once it serves. As root (a container,
@@ -68,13 +74,24 @@ run: setup
 demo: setup
 	$(VENV)/bin/speedlab demo
 
-# Debian's chromium for the browser tests (Playwright's own browser download is not used).
+# Debian's chromium for the browser tests (Playwright's own browser download is not used), and
+# the widgets' HTML manager from the npm registry (what an exported notebook's page loads from a
+# CDN to draw the widgets), which the export test serves to the page itself.
+HTML_MANAGER ?= @jupyter-widgets/html-manager@1.0.15
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 		else \
 			echo "chromium is missing and cannot be installed here: the browser tests will be skipped"; \
+		fi; }
+	@test -d .browser/html-manager || { \
+		if command -v npm >/dev/null 2>&1; then \
+			rm -rf .browser/pack && mkdir -p .browser/pack && \
+			(cd .browser/pack && npm pack --silent "$(HTML_MANAGER)" >/dev/null && tar -xzf *.tgz) && \
+			mv .browser/pack/package .browser/html-manager && rm -rf .browser/pack; \
+		else \
+			echo "npm is missing: the export test that draws the widgets will be skipped"; \
 		fi; }
 
 # lint-imports checks the layers (pyproject's [tool.importlinter]): no import runs up, no cycle.
@@ -98,7 +115,8 @@ test: setup browser-deps lint
 	$$(.ci/python-for $*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
 	.venv-$*/bin/python -m pip install --quiet $(TORCH_PIP)
-	.venv-$*/bin/python -m pip install --quiet -e ".[test]"
+	.venv-$*/bin/python -m pip install --quiet -e ".[test]" "$(TORCH)"
+	.venv-$*/bin/python -m pip install --quiet --no-deps $(LITDATA)
 	touch $@
 
 test-python-%:
