@@ -9,6 +9,7 @@ in advance, and image-lab throttles make reads dominate.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from speedlab.labs import (
     known_cost_loader,
     tabular_lab,
 )
-from speedlab.results.findings import Finding
+from speedlab.results.findings import HEADLINE_WORDS, Finding
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 
@@ -41,12 +42,24 @@ def profile(train: Callable[[], None], **options) -> SweepResult:
 
 
 def kinds(findings: list[Finding]) -> list[str]:
+    for finding in findings:
+        assert_one_breath(finding)
     return [f.kind for f in findings]
 
 
 def the(findings: list[Finding], kind: str) -> Finding:
     [found] = [f for f in findings if f.kind == kind]
+    assert_one_breath(found)
     return found
+
+
+def assert_one_breath(finding: Finding) -> None:
+    """A rule's finding starts with one sentence of at most HEADLINE_WORDS words (issue 26): the
+    rule gave it a summary, and the headline is a single sentence."""
+    headline = finding.headline
+    assert finding.summary, f"{finding.kind}: the rule gave no summary: {finding}"
+    assert len(headline.split()) <= HEADLINE_WORDS, f"{len(headline.split())} words: {headline}"
+    assert headline.endswith(".") and not re.search(r"[.!?] [A-Z]", headline[:-1]), headline
 
 
 class Validated(KnownCostModel):

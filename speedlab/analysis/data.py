@@ -142,6 +142,8 @@ def data_bound(run: RunResult) -> list[Finding]:
                 "workers",
                 severity,
                 max(1, cores - threads),
+                summary=f"Waiting for data takes {share:.0%} of each step, and without CPU "
+                "figures its cause is unknown",
             )
         ]
     if workers:
@@ -176,7 +178,7 @@ def data_bound(run: RunResult) -> list[Finding]:
             "(decoding or the per-step transform, and the hand-over), not storage."
         )
     elif busy < LOADER_BUSY_MIN and others >= CONTENDED_CORES:
-        return [_storage_or_contention(head + " " + who)]
+        return [_storage_or_contention(run, head + " " + who)]
     elif busy < LOADER_BUSY_MIN:
         return [_io_bound(run, head + " " + who, severity)]
     return [_cpu_bound(run, head + " " + who, severity)]
@@ -184,6 +186,9 @@ def data_bound(run: RunResult) -> list[Finding]:
 
 def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Finding:
     pinned = run.ran.get("pin_memory") is True
+    summary = (
+        f"Copying batches to the {device_name(run)} takes {copy / run.step_time:.0%} of each step"
+    )
     evidence = (
         f"{head} Of that wait, {fmt_ms(copy)} is the copy of the batch to the {device_name(run)}: "
         "the time goes to the copy, not to storage or decoding."
@@ -193,13 +198,14 @@ def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Findin
             "The batches are pinned already: copy fewer bytes (uint8 images, converted and "
             "normalised on the device), or overlap the copy with the previous step's work."
         )
-        return Finding("copy_bound", evidence, advice, None, severity)
+        summary += ", pinned already; copy fewer bytes"
+        return Finding("copy_bound", evidence, advice, None, severity, summary=summary)
     advice = (
         "A copy from pageable memory waits for the device's earlier work and cannot overlap it. "
         "Pinned (page-locked) batches let Lightning's non-blocking copy run beside the device's "
         "work; measure it, as pinning costs the loader time too."
     )
-    return Finding("copy_bound", evidence, advice, "pin_memory", severity, True)
+    return Finding("copy_bound", evidence, advice, "pin_memory", severity, True, summary)
 
 
 def _contention(run: RunResult) -> str:
@@ -232,7 +238,11 @@ def _in_memory(run: RunResult, head: str, severity: str) -> Finding:
         "batch_size=None) makes the dataset gather each batch in one operation; a larger "
         "--batch-size spreads the rest."
     )
-    return Finding("cpu_bound", evidence, advice, None, severity)
+    summary = (
+        f"Indexing in-memory tensors one row at a time takes {run.data_share:.0%} of each step; "
+        "index whole batches at once"
+    )
+    return Finding("cpu_bound", evidence, advice, None, severity, summary=summary)
 
 
 def _handover(run: RunResult, head: str, making: float, severity: str) -> Finding:
@@ -246,10 +256,14 @@ def _handover(run: RunResult, head: str, making: float, severity: str) -> Findin
         "memory (uint8 images, normalised on the device) shrink it; --workers 0 avoids it when "
         "loading itself is cheap (compare both)."
     )
-    return Finding("cpu_bound", evidence, advice, None, severity)
+    summary = (
+        f"Receiving batches from the workers takes {run.data_share:.0%} of each step; smaller "
+        "batches in memory shrink it"
+    )
+    return Finding("cpu_bound", evidence, advice, None, severity, summary=summary)
 
 
-def _storage_or_contention(evidence: str) -> Finding:
+def _storage_or_contention(run: RunResult, evidence: str) -> Finding:
     """Idle loaders on a shared machine: a wait for storage and a wait for a core look alike."""
     advice = (
         "The loading was mostly idle while the step waited, as when it waits for storage; but "
@@ -258,11 +272,16 @@ def _storage_or_contention(evidence: str) -> Finding:
         "--repeat 3) before changing a knob: if the wait stays, DataLoader workers keep reads "
         "in flight and --preload ram removes them; if it goes, it was the other work."
     )
-    return Finding("io_bound", evidence, advice, None, "warn")
+    summary = (
+        f"Waiting for data takes {run.data_share:.0%} of each step, for storage or for busy "
+        "cores; measure again on a quieter machine"
+    )
+    return Finding("io_bound", evidence, advice, None, "warn", summary=summary)
 
 
 def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     workers, cores = run.loader_workers(), run_cores(run)
+    summary = f"Waiting for storage takes {run.data_share:.0%} of each step"
     if workers == 0:
         advice = (
             "The loader waits for storage, not for the CPU. DataLoader workers keep several reads "
@@ -271,13 +290,13 @@ def _io_bound(run: RunResult, evidence: str, severity: str) -> Finding:
             "(--workers 0,N). If the data fits in memory, --preload ram reads it once before "
             "training and removes the reads from every step."
         )
-        return Finding("io_bound", evidence, advice, "workers", severity, max(2, cores))
+        return Finding("io_bound", evidence, advice, "workers", severity, max(2, cores), summary)
     advice = (
         f"{workers} worker(s) already wait in parallel and the step still waits. "
         "--preload ram reads every file once, before training (the preload phase), if the "
         "data fits in memory; otherwise more workers put more reads in flight."
     )
-    return Finding("io_bound", evidence, advice, "preload", severity, "ram")
+    return Finding("io_bound", evidence, advice, "preload", severity, "ram", summary)
 
 
 _DECODER = (
@@ -291,6 +310,7 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
     spare = cores - threads - workers
     preload = run.ran.get("preload", "off")
+    summary = f"Building batches on the CPU takes {run.data_share:.0%} of each step"
     tight = (
         f"This machine has {cores} cores and torch computes on {threads} thread(s) "
         f"(torch.get_num_threads()), so "
@@ -310,24 +330,27 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
             "cores are free. " + _DECODER
         )
         if spare > 0:
-            return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
-        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
+            return Finding(
+                "cpu_bound", evidence, advice, "workers", severity, workers + spare, summary
+            )
+        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram", summary)
     if preload == "shm":
         advice = (
             "preload=shm took the reads off storage, but every step still decodes the files. "
             "--preload ram decodes each sample once, before training (augmentation still runs "
             "each step), if the decoded samples fit in memory. " + _DECODER
         )
-        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram")
+        return Finding("cpu_bound", evidence, advice, "preload", severity, "ram", summary)
     advice = (
         "The samples are already decoded in memory; what is left is the per-step transform "
         "(augmentation, collation). " + tight
     )
     if spare > 0:
         advice += f"Workers can run it beside the model: --workers {workers + spare}."
-        return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare)
+        return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare, summary)
     advice += "No knob frees CPU here: a lighter transform, or augmenting on the GPU, would."
-    return Finding("cpu_bound", evidence, advice, None, severity)
+    summary += "; a lighter transform would help, no knob here does"
+    return Finding("cpu_bound", evidence, advice, None, severity, summary=summary)
 
 
 def oversubscribed(run: RunResult) -> list[Finding]:
@@ -350,7 +373,11 @@ def oversubscribed(run: RunResult) -> list[Finding]:
         "loading runs between steps), or give torch fewer threads: "
         f"torch.set_num_threads({max(1, cores - workers)}) at the top of the cell."
     )
-    return [Finding("oversubscribed", evidence, advice, "workers", severity, fewer)]
+    summary = (
+        f"{workers} worker(s) and {threads} torch thread(s) share {cores} cores, slowing the "
+        "model's step"
+    )
+    return [Finding("oversubscribed", evidence, advice, "workers", severity, fewer, summary)]
 
 
 def _waits_on_storage(run: RunResult) -> bool:

@@ -33,7 +33,9 @@ def host_sync(run: RunResult, lint_findings: Sequence[LintFinding]) -> list[Find
                 "stalls every step."
             )
         severity = "warn" if on_gpu or not sync else "info"
-        findings.append(Finding("host_sync", evidence, advice, None, severity))
+        does = "makes the CPU wait for the GPU" if sync else "slows the step"
+        summary = f"Line {lf.line} of {lf.method} {does} every step ({lf.rule}); fix it in the code"
+        findings.append(Finding("host_sync", evidence, advice, None, severity, summary=summary))
     return findings
 
 
@@ -68,4 +70,9 @@ def _measured_syncs(run: RunResult) -> list[Finding]:
         + "Syncs inside torch or Lightning come from a setting: 16-mixed's gradient scaler "
         "checks for inf once a step (bf16-mixed needs no scaler)."
     )
-    return [Finding("host_sync", evidence, advice, None, "warn" if yours else "info")]
+    summary = (
+        f"{per_step:.3g} operation(s) a step make the CPU wait for the GPU; remove them from the "
+        "step"
+    )
+    severity = "warn" if yours else "info"
+    return [Finding("host_sync", evidence, advice, None, severity, summary=summary)]

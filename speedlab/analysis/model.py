@@ -5,6 +5,7 @@ hardware the run measured can do about it."""
 from __future__ import annotations
 
 from speedlab.analysis.findings import batch_size, device_name
+from speedlab.analysis.utilisation import utilisation
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
@@ -35,15 +36,23 @@ def overhead_bound(run: RunResult) -> list[Finding]:
         f"A step takes {fmt_ms(step)} for {batch} samples (data {fmt_ms(run.data_time)}, batch "
         f"{fmt_ms(run.batch_time)}); the framework's fixed work per step (hooks, logging, optimizer "
         "bookkeeping, kernel launches) is about 1-3 ms, so much of each step is overhead."
+        + utilisation(run)
     )
     advice = (
         "A larger batch spreads that fixed cost over more samples, so samples/s rises until the "
         "hardware is busy. It changes the optimisation too: compare samples/s, and scale the "
         "learning rate if the loss suffers."
     )
+    summary = f"Steps of {fmt_ms(step)} are mostly the framework's fixed work per step"
     return [
         Finding(
-            "overhead_bound", evidence, advice, "batch_size", severity, BATCH_SIZE_FACTOR * batch
+            "overhead_bound",
+            evidence,
+            advice,
+            "batch_size",
+            severity,
+            BATCH_SIZE_FACTOR * batch,
+            summary,
         )
     ]
 
@@ -66,8 +75,9 @@ def model_bound(run: RunResult) -> list[Finding]:
         return []
     evidence = (
         f"Data is {run.data_share:.0%} of the step: the model's compute ({fmt_ms(run.batch_time)} "
-        "per step) is the bottleneck." + hidden_loading(run)
+        "per step) is the bottleneck." + hidden_loading(run) + utilisation(run)
     )
+    summary = f"The model's compute takes {1 - run.data_share:.0%} of each step"
     k = run.knobs
     compiled = k.get("compile") not in (None, "off") or run.phases.get("compile", 0) > 0
     if run.device != "cpu":
@@ -78,10 +88,10 @@ def model_bound(run: RunResult) -> list[Finding]:
             "TF32 already."
         )
         if k.get("precision") in (None, "32-true", "64-true"):
-            return [Finding("model_bound", evidence, advice, "precision", "info", "amp")]
+            return [Finding("model_bound", evidence, advice, "precision", "info", "amp", summary)]
         if not compiled:
-            return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
-        return [Finding("model_bound", evidence, advice, "matmul", "info", "high")]
+            return [Finding("model_bound", evidence, advice, "compile", "info", "on", summary)]
+        return [Finding("model_bound", evidence, advice, "matmul", "info", "high", summary)]
     math = run.workload.get("math", {})  # the facts of the CPU the run trained on
     bf16 = math.get("bf16")
     matmul = {
@@ -104,7 +114,10 @@ def model_bound(run: RunResult) -> list[Finding]:
         "smaller model or a GPU."
     )
     if bf16 and k.get("precision") in (None, "32-true"):
-        return [Finding("model_bound", evidence, advice, "precision", "info", "bf16-mixed")]
+        return [
+            Finding("model_bound", evidence, advice, "precision", "info", "bf16-mixed", summary)
+        ]
     if not compiled:
-        return [Finding("model_bound", evidence, advice, "compile", "info", "on")]
-    return [Finding("model_bound", evidence, advice, None, "info")]
+        return [Finding("model_bound", evidence, advice, "compile", "info", "on", summary)]
+    summary += "; a smaller model or faster hardware would help, no knob here does"
+    return [Finding("model_bound", evidence, advice, None, "info", summary=summary)]

@@ -111,7 +111,8 @@ def _finding(spec: UpFront, without: RunResult, run: RunResult) -> Finding:
             f"Break-even: {break_even_text(steps, run)}, so it only adds start-up time on this "
             f"model and hardware: leave --{spec.knob} off."
         )
-        return Finding(spec.kind, evidence, advice, spec.knob, "warn", "off")
+        summary = f"{spec.doing} costs {cost:.1f} s up front and its steps are not faster here"
+        return Finding(spec.kind, evidence, advice, spec.knob, "warn", "off", summary)
     pays = pays_back(spec, without, run)
     advice = f"Break-even {break_even_text(steps, run)}.{_over_the_cell(spec, without, run)} " + (
         "It pays off in training longer than the break-even and costs time in shorter."
@@ -119,7 +120,13 @@ def _finding(spec: UpFront, without: RunResult, run: RunResult) -> Finding:
         else f"Keep --{spec.knob} off unless the training runs longer than the break-even."
     )
     value = run.knobs[spec.knob] if pays else "off"
-    return Finding(spec.kind, evidence, advice, spec.knob, "info" if pays else "warn", value)
+    within = "within" if pays else "beyond"
+    summary = (
+        f"{spec.doing} costs {cost:.1f} s up front, won back after {steps:.0f} steps, {within} "
+        "this training"
+    )
+    severity = "info" if pays else "warn"
+    return Finding(spec.kind, evidence, advice, spec.knob, severity, value, summary)
 
 
 def up_front_of(runs: Sequence[RunResult], run: RunResult) -> list[tuple[UpFront, RunResult]]:

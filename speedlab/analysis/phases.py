@@ -39,18 +39,25 @@ def epoch_start(run: RunResult) -> list[Finding]:
         f"{statistics.median(gaps):.2f} s (median) for the first batch, against {fmt_ms(typical)} "
         f"normally: {sum(gaps):.2f} s, {share:.0%} of the training time."
     )
+    summary = (
+        f"Each new epoch's first batch waits {statistics.median(gaps):.2f} s: {share:.0%} of "
+        "the training time"
+    )
     if workers and not run.ran.get("persistent_workers"):
         advice = (
             f"Without persistent workers, the {workers} worker process(es) start again every "
             "epoch. --persistent-workers on keeps them alive (and their memory) for the whole run."
         )
-        return [Finding("epoch_start", evidence, advice, "persistent_workers", severity, True)]
+        return [
+            Finding("epoch_start", evidence, advice, "persistent_workers", severity, True, summary)
+        ]
     advice = (
         "Persistent workers are on or there are none, so this is work done at each epoch start: "
         "rebuilding the dataset or loader in train_dataloader(), or the first batches being "
         "made. Fewer, longer epochs spread it."
     )
-    return [Finding("epoch_start", evidence, advice, None, severity)]
+    summary += "; do less at each epoch's start"
+    return [Finding("epoch_start", evidence, advice, None, severity, summary=summary)]
 
 
 def validation_heavy(run: RunResult) -> list[Finding]:
@@ -73,5 +80,6 @@ def validation_heavy(run: RunResult) -> list[Finding]:
             "trainer.limit_val_batches",
             severity,
             LIMIT_VAL_BATCHES,
+            f"Validation takes {share:.0%} of the fit",
         )
     ]

@@ -35,7 +35,14 @@ def _cuda_fork(run: RunResult) -> list[Finding]:
         "every GPU call inside the training code (the Trainer moves the model in each rank); "
         "or train from a script with strategy='ddp'."
     )
-    return [Finding("notebook_trap", f"The run failed: {error}", advice, None, "critical")]
+    summary = (
+        "The run failed: CUDA was initialised before the ranks were forked; restart the kernel"
+    )
+    return [
+        Finding(
+            "notebook_trap", f"The run failed: {error}", advice, None, "critical", summary=summary
+        )
+    ]
 
 
 def _sync_share(run: RunResult) -> list[Finding]:
@@ -61,7 +68,13 @@ def _sync_share(run: RunResult) -> list[Finding]:
     )
     return [
         Finding(
-            "overhead_bound", evidence, advice, "batch_size", severity, batch * SYNC_BATCH_FACTOR
+            "overhead_bound",
+            evidence,
+            advice,
+            "batch_size",
+            severity,
+            batch * SYNC_BATCH_FACTOR,
+            f"Gradient synchronisation takes {comm / step:.0%} of each step",
         )
     ]
 

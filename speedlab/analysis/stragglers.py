@@ -58,7 +58,11 @@ def worker_straggler(run: RunResult) -> list[Finding]:
         "DataLoader(in_order=False) (PyTorch 2.6+) lets ready batches go first."
     )
     severity = "warn" if run.data_share >= DATA_SHARE_WARN else "info"
-    return [Finding("straggler", evidence, advice, "workers", severity, 2 * len(made))]
+    summary = (
+        f"Worker {slow} makes batches {medians[slow] / others:.1f}x slower than the others, "
+        f"holding up one step in {len(made)}"
+    )
+    return [Finding("straggler", evidence, advice, "workers", severity, 2 * len(made), summary)]
 
 
 def rank_straggler(run: RunResult) -> list[Finding]:
@@ -88,10 +92,18 @@ def rank_straggler(run: RunResult) -> list[Finding]:
             "(larger files, slower storage, a heavier transform, a busy core). More DataLoader "
             "workers per rank help when cores are free."
         )
-        return [Finding("straggler", evidence, advice, "workers", "warn", 2)]
+        summary = (
+            f"Rank {slow.rank}'s data loading makes every rank wait at each step "
+            f"({slow.work_time / work:.1f}x the others' work)"
+        )
+        return [Finding("straggler", evidence, advice, "workers", "warn", 2, summary)]
     advice = (
         f"Rank {slow.rank}'s compute is slower: a slower or busier device (another process on "
         "its GPU or cores, thermal throttling), or more work in its batches (longer sequences). "
         "The job runs at the pace of its slowest rank."
     )
-    return [Finding("straggler", evidence, advice, None, "warn")]
+    summary = (
+        f"Rank {slow.rank}'s compute makes every rank wait at each step "
+        f"({slow.work_time / work:.1f}x the others' work); look at its device"
+    )
+    return [Finding("straggler", evidence, advice, None, "warn", summary=summary)]

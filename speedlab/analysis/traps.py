@@ -33,6 +33,8 @@ def notebook_traps(run: RunResult) -> list[Finding]:
                 "the notebook and import it from there.",
                 None,
                 "info",
+                summary=f"{notebook_class['name']} is defined in the notebook, so its workers "
+                "ran only because speedlab forked them; move it into a .py file",
             )
         )
     error = run.error or ""
@@ -48,6 +50,7 @@ def notebook_traps(run: RunResult) -> list[Finding]:
                 "workers",
                 "critical",
                 0,
+                "The run failed: the workers cannot import a dataset class defined in the notebook",
             )
         )
     elif any(word in error.lower() for word in _WORKERS_DIED):
@@ -64,6 +67,7 @@ def notebook_traps(run: RunResult) -> list[Finding]:
                 "workers",
                 "critical",
                 0,
+                "The run failed: DataLoader workers died, most often of a small /dev/shm",
             )
         )
     return findings

@@ -78,6 +78,7 @@ def _verdict(sweep: SweepResult) -> Finding:
             "Every run failed; nothing was measured.",
             "See the errors in the table.",
             severity="critical",
+            summary="Every run failed, so nothing was measured; the table shows the errors",
         )
     effects: dict[str, list[str]] = {verdict: [] for verdict in _EFFECTS}
     for run in sweep.runs[1:]:
@@ -96,6 +97,8 @@ def _verdict(sweep: SweepResult) -> Finding:
             f"{best.label(base)}, {c})." + said,
             f"Measure again with {c.advice}.",
             severity="info",
+            summary=f"Too few measurements to tell whether {best.label(base)} beat the "
+            "baseline; measure again with more",
         )
     if best is base or c.verdict != Verdict.faster:
         fastest = "" if best is base else f" (fastest: {best.label(base)}, {c})"
@@ -104,6 +107,9 @@ def _verdict(sweep: SweepResult) -> Finding:
             f"No run beat the baseline beyond noise{fastest}." + said,
             "Keep the baseline configuration; the findings below say what limits it.",
             severity="info",
+            summary="No run beat the baseline beyond noise"
+            + ("" if best is base else f" (fastest: {best.label(base)}, {c.speedup:.2f}x)")
+            + "; keep the baseline",
         )
     unpaid = [
         f"{spec.doing.lower()} ({spec.knob}={best.knobs[spec.knob]}) pays back its up-front time "
@@ -112,7 +118,12 @@ def _verdict(sweep: SweepResult) -> Finding:
         if not pays_back(spec, without, best)
     ]
     keep = f"Keep {best.label(base)}."
+    summary = f"Best: {best.label(base)}, {c.speedup:.2f}x the baseline's samples/s; keep it"
     if unpaid:
+        summary = (
+            f"Best per step: {best.label(base)}, {c.speedup:.2f}x, but only for training longer "
+            "than its up-front cost"
+        )
         planned = best.workload.get("planned_steps")
         length = f"the cell's own {planned} steps" if planned else "a run of unknown length"
         keep = (
@@ -124,6 +135,7 @@ def _verdict(sweep: SweepResult) -> Finding:
         f"Best: {best.label(base)} at {best.samples_per_s:.1f} samples/s, {c}." + said,
         keep,
         severity="info",
+        summary=summary,
     )
 
 
@@ -153,8 +165,13 @@ def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
             "overall (see samples/s) or give torch fewer threads: "
             f"torch.set_num_threads({max(1, cores - w_many)})."
         )
+        summary = (
+            f"batch_time grows {grew:.0%} from workers={w_few} to workers={w_many}: the workers "
+            "take the model's cores"
+        )
+        fewer = max(1, cores - threads)
         findings.append(
-            Finding("oversubscribed", evidence, advice, "workers", "warn", max(1, cores - threads))
+            Finding("oversubscribed", evidence, advice, "workers", "warn", fewer, summary)
         )
     return findings
 
@@ -171,7 +188,12 @@ def _measured_here(sweep: SweepResult, best: RunResult, finding: Finding) -> Fin
                 f"{finding.advice} This sweep already measured "
                 f"{option_text(finding.knob, finding.value)} against it: {compare(best, run)}."
             )
-            return replace(finding, advice=measured, knob=None, value=None)
+            summary = (
+                f"{finding.summary}; this sweep measured {option_text(finding.knob, finding.value)}"
+                if finding.summary
+                else ""
+            )
+            return replace(finding, advice=measured, knob=None, value=None, summary=summary)
     return finding
 
 

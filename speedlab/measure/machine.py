@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 
 from speedlab.measure.cgroup import PROC_SELF, cpu_quota, memory_limit
+from speedlab.measure.flops import matmul_peak
 from speedlab.measure.numerics import cpu_math, cpu_math_text, cuda_capability_text
 
 SHM_PATH = "/dev/shm"
@@ -147,7 +148,9 @@ def system_info() -> dict[str, Any]:
 
     ``cpu_math`` is ``speedlab.measure.numerics.cpu_math`` (AVX-512, bf16, AMX from the CPU's
     flags); ``torch_cpu_capability`` the vector instructions torch's CPU kernels use, where the
-    user's code has imported torch. Each of ``gpus`` is ``{"name", "memory_bytes",
+    user's code has imported torch, and ``cpu_peak_flops`` the CPU's float32 matmul FLOP/s on
+    torch's threads, measured once a process (``speedlab.measure.flops.matmul_peak``). Each of
+    ``gpus`` is ``{"name", "memory_bytes",
     "capability"}`` with the CUDA compute capability as ``[major, minor]``, None where it
     cannot be read without initialising CUDA.
     """
@@ -162,6 +165,9 @@ def system_info() -> dict[str, Any]:
         "cpu_quota_cores": quota,
         "cpu_math": cpu_math(),
         "torch_cpu_capability": _torch_cpu_capability(torch),
+        "cpu_peak_flops": (
+            matmul_peak("float32", torch.get_num_threads()) if torch is not None else None
+        ),
         "ram_total_bytes": memory.total,
         "ram_available_bytes": memory.available,
         "ram_limit_bytes": memory_limit,
@@ -242,6 +248,11 @@ def format_system_info(info: dict[str, Any]) -> str:
     cpu_words = cpu_math_text(info.get("cpu_math") or {})
     if info.get("torch_cpu_capability"):
         cpu_words += f"; torch's CPU kernels use {info['torch_cpu_capability']}"
+    if info.get("cpu_peak_flops"):
+        cpu_words += (
+            f"; {info['cpu_peak_flops'] / 1e9:.1f} GFLOP/s on a float32 matmul (measured: the "
+            "peak that MFU is a share of)"
+        )
     rows = [
         (
             "CPU cores",

@@ -16,7 +16,8 @@ device's own stamps, read a few steps later, replace the host's figures
 (``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
 of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
 the loader, which the device's work may hide. Where the device can report them, a few warm-up
-spans also count the host syncs made in them (``speedlab.measure.syncs``). What differs by
+spans also count the host syncs made in them (``speedlab.measure.syncs``), and the last
+warm-up step counts the step's FLOPs (``speedlab.measure.flops``). What differs by
 device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
 
 The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
@@ -24,11 +25,9 @@ The hot path only appends floats to lists: no tensor allocation, no ``.item()``,
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from typing_extensions import override
@@ -36,9 +35,11 @@ from typing_extensions import override
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
 from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.flops import FlopWatch, is_compiled
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
+from speedlab.measure.workload import batch_size_of, loader_facts, samples_of, training_plan
 from speedlab.results.run import STEP_PHASES, Phase, RunResult, empty_records
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
@@ -47,78 +48,6 @@ FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 BATCH_ACTION = "run_training_batch"
 
 _perf = time.perf_counter
-
-
-def batch_size_of(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor, depth first (no sync)."""
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else 1
-    if isinstance(batch, Mapping):
-        parts: Any = batch.values()
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        parts = batch
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        parts = (getattr(batch, f.name) for f in dataclasses.fields(batch))
-    else:
-        return 0
-    for part in parts:
-        size = batch_size_of(part)
-        if size:
-            return size
-    return 0
-
-
-def samples_of(batch: Any, loaders: Any) -> int:
-    """Samples a step consumed. With several training loaders (a dict or list of them) the
-    batch holds one batch of each, shaped like the loaders: their samples add up."""
-    if isinstance(loaders, Mapping) and isinstance(batch, Mapping):
-        return sum(samples_of(batch.get(key), part) for key, part in loaders.items())
-    same_length = isinstance(batch, (list, tuple)) and len(batch) == len(loaders)
-    if isinstance(loaders, (list, tuple)) and same_length:
-        return sum(samples_of(b, part) for b, part in zip(batch, loaders))
-    return batch_size_of(batch)
-
-
-def each_loader(loaders: Any) -> list[Any]:
-    """The training loaders: one loader, or those of a dict or list of them."""
-    if isinstance(loaders, Mapping):
-        return [one for part in loaders.values() for one in each_loader(part)]
-    if isinstance(loaders, (list, tuple)):
-        return [one for part in loaders for one in each_loader(part)]
-    return [] if loaders is None else [loaders]
-
-
-def loader_facts(loaders: Any) -> dict[str, Any]:
-    """How the training loaders load, as they were built: their worker processes in all
-    (``loader_workers``), and where they agree, whether they pin memory and keep their workers
-    between epochs, and their batch size."""
-    flat = each_loader(loaders)
-    workers = sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
-    facts: dict[str, Any] = {"loader_workers": workers}
-    for fact, attribute in (
-        ("loader_pin_memory", "pin_memory"),
-        ("loader_persistent_workers", "persistent_workers"),
-        ("loader_batch_size", "batch_size"),
-    ):
-        values = {getattr(one, attribute, None) for one in flat}
-        if len(values) == 1 and None not in values:
-            facts[fact] = values.pop()
-    return facts
-
-
-def training_plan(trainer: Any, own_max_steps: int | None = None) -> dict[str, int]:
-    """The fit's own length, as the cell wrote it: training batches an epoch (``epoch_steps``)
-    and in all (``planned_steps``), where finite. ``own_max_steps`` is the cell's ``max_steps``
-    where a caller replaced it to stop the run early (speedlab's ``--steps``): break-even
-    figures are read against the training the cell would do, not the part measured."""
-    per_epoch = getattr(trainer, "num_training_batches", math.inf)
-    max_steps = trainer.max_steps if own_max_steps is None else own_max_steps
-    limits = [per_epoch * trainer.max_epochs] if (trainer.max_epochs or -1) >= 0 else []
-    if max_steps >= 0:
-        limits.append(max_steps * trainer.accumulate_grad_batches)
-    plan = {"epoch_steps": per_epoch, "planned_steps": min(limits, default=math.inf)}
-    return {k: int(v) for k, v in plan.items() if math.isfinite(v)}
 
 
 class _SpeedProbeCore:
@@ -182,6 +111,8 @@ class _SpeedProbeCore:
         self._last_loss: Any = None
         self._timeline: EventTimeline | None = None
         self._syncs: SyncWatch | None = None
+        self._flops = FlopWatch(None)
+        self._watches: tuple[SyncWatch | FlopWatch, ...] = ()
         self._trainer = trainer
         self._active = True
 
@@ -201,8 +132,8 @@ class _SpeedProbeCore:
             if action == fetch:
                 self._on_fetch_start()
             elif action == batch:
-                if self._syncs is not None:
-                    self._syncs.enter(len(self.records["batch_time"]))
+                for watch in self._watches:
+                    watch.enter(len(self.records["batch_time"]))
                 self._mark("start")
                 self._batch_start = _perf()
 
@@ -215,8 +146,8 @@ class _SpeedProbeCore:
             if action == batch:
                 self._batch_end = _perf()
                 self._mark("end")
-                if self._syncs is not None:
-                    self._syncs.exit()
+                for watch in self._watches:
+                    watch.exit()
             elif action == fetch:
                 self._mark("fetched")
             if not silent:
@@ -251,8 +182,8 @@ class _SpeedProbeCore:
                 raise
         finally:
             self._detach()
-            if self._syncs is not None:
-                self._syncs.exit()  # the debug mode back as it was, if a step was cut short
+            for watch in self._watches:
+                watch.exit()  # the debug mode back as it was, if a step was cut short
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
@@ -312,6 +243,8 @@ class _SpeedProbeCore:
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
             return
+        import torch
+
         self.phases[Phase.setup] = _perf() - self._t0 - self.phases[Phase.validation]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
@@ -320,6 +253,7 @@ class _SpeedProbeCore:
             **loader_facts(loaders),
             **plan,
             "precision": str(getattr(trainer, "precision", "")),
+            "matmul": torch.get_float32_matmul_precision(),
             "devices": int(getattr(trainer, "num_devices", 1) or 1),
         }
         self.device = str(pl_module.device.type)
@@ -328,6 +262,9 @@ class _SpeedProbeCore:
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
         self._syncs = device.sync_watch(self.warmup)
+        counted = self.warmup - 1 if self.warmup and not is_compiled(pl_module) else None
+        self._flops = FlopWatch(None if self._compiled else counted)  # the last warm-up step
+        self._watches = tuple(w for w in (self._syncs, self._flops) if w is not None)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -438,6 +375,7 @@ class _SpeedProbeCore:
             device=getattr(self, "device", "cpu"),
             workload=dict(self._workload),
             host_syncs=self._syncs.result() if self._syncs is not None else {},
+            flops=self._flops.result(),
         )
 
     @property

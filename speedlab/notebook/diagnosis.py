@@ -2,10 +2,12 @@
 for the others.
 
 A sweep asks one question (do more workers help? does bf16?); the doctor answers every
-question the runs raise. A finding about another part of training than the swept knobs' (the
-data pipeline in a precision sweep) is folded to its first line, with the knob to try: it
-stays in view, and the answer to the sweep's question comes first. ``sweep.diagnosis`` and
-``%speedlab doctor`` give every finding in full.
+question the runs raise. Every finding shows its headline (one sentence: what limits the
+step, by how much, what to try), its evidence and advice folded under it in the notebook. A
+finding about another part of training than the swept knobs' (the data pipeline in a
+precision sweep) comes last, marked, and the sweep's text gives it one line: the answer to the
+sweep's question comes first. ``sweep.diagnosis`` and ``%speedlab doctor`` give every finding
+in full.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import html
 
 from speedlab.analysis.findings import differs
 from speedlab.results.findings import Finding
-from speedlab.results.knobs import knob_part, option_text
+from speedlab.results.knobs import knob_part
 from speedlab.results.sweep import SweepResult
 
 FOLDED = "not about what this sweep changed"
@@ -53,9 +55,10 @@ def finding_part(finding: Finding) -> str | None:
 
 
 def folded_line(finding: Finding) -> str:
-    """One line for a finding off the sweep's topic: its kind, severity and the knob to try."""
-    tried = f" Try {option_text(finding.knob, finding.value)}." if finding.knob else ""
-    return f"[{finding.severity}] {finding.kind} ({FOLDED}; in full: .diagnosis).{tried}"
+    """A finding off the sweep's topic in its one line: the headline, marked as off the topic."""
+    return (
+        f"[{finding.severity}] {finding.kind} ({FOLDED}; in full: .diagnosis): {finding.headline}"
+    )
 
 
 def findings_text(sweep: SweepResult) -> list[str]:
@@ -64,13 +67,23 @@ def findings_text(sweep: SweepResult) -> list[str]:
     return [str(f) for f in about] + [folded_line(f) for f in others]
 
 
-def findings_html(sweep: SweepResult) -> str:
-    """The findings as a list, those off the sweep's topic folded in a disclosure."""
-    about, others = about_the_sweep(sweep)
-    items = [f"<li>{html.escape(str(f))}</li>" for f in about] + [
-        f'<li><details><summary style="{SUMMARY_STYLE}">'
-        f"{html.escape(folded_line(f))}</summary>"
-        f"{html.escape(str(f))}</details></li>"
-        for f in others
+def finding_html(finding: Finding, title: str | None = None) -> str:
+    """A finding as a disclosure: its title (the headline) shown, its evidence and advice
+    folded under it."""
+    return (
+        f'<details><summary style="{SUMMARY_STYLE}">{html.escape(title or finding.title)}'
+        f"</summary>{html.escape(finding.details)}</details>"
+    )
+
+
+def findings_list_html(findings: list[Finding], off_topic: list[Finding] = ()) -> str:
+    """Findings as a list of disclosures, ``off_topic`` ones last and marked as such."""
+    items = [finding_html(f) for f in findings] + [
+        finding_html(f, folded_line(f)) for f in off_topic
     ]
-    return f"<ul>{''.join(items)}</ul>" if items else ""
+    return f"<ul>{''.join(f'<li>{item}</li>' for item in items)}</ul>" if items else ""
+
+
+def findings_html(sweep: SweepResult) -> str:
+    """The sweep's findings as a list, those off the sweep's topic last and marked."""
+    return findings_list_html(*about_the_sweep(sweep))

@@ -8,6 +8,7 @@ result in a script shows them too).
 from __future__ import annotations
 
 from speedlab.analysis.ranks import rank_findings
+from speedlab.analysis.utilisation import mfu_text
 from speedlab.notebook.tables import rank_table
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt
@@ -28,6 +29,7 @@ def run_report(run: RunResult) -> str:
         "              averages over the steady steps, pauses left out; p10/p90: a tenth of the",
         "              steps took less than p10, a tenth more than p90",
         f"data share    {fmt(run.data_share, '.0%')}",
+        f"MFU           {mfu_text(run)}",
         "phases        " + ", ".join(f"{k} {v:.2f} s" for k, v in run.phases.items() if v > 0),
     ]
     if run.system.sampled:

@@ -25,6 +25,8 @@ SWEEP_COLUMNS = {
     "batch_time ms": "the rest of a steady step: forward, backward, optimizer, and the loop's "
     "hooks and logging",
     "data share": "data_time / (data_time + batch_time): the part of a step spent waiting for data",
+    "MFU": "model FLOPs utilisation: the steady steps' FLOPs per second over the device's peak "
+    "(a CPU's measured, a GPU's data sheet's); - where either is unknown",
     "CPU %": "average CPU use of the whole machine during the fit, in % of all its cores (other "
     "processes included)",
     "peak RSS MB": "most memory at once during the fit: the training process's RSS plus its "
@@ -63,6 +65,7 @@ def sweep_table(sweep: SweepResult) -> Table:
                 fmt(run.data_time, ".2f", scale=1e3),
                 fmt(run.batch_time, ".2f", scale=1e3),
                 fmt(run.data_share, ".0%"),
+                fmt(run.mfu, ".1%"),
                 fmt(run.system.cpu_percent, ".0f"),
                 fmt(run.system.peak_rss_bytes, ".0f", scale=1e-6),
                 fmt(run.final_loss, ".3f"),

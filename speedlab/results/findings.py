@@ -43,6 +43,9 @@ class Severity(Name):
     info = "info"
 
 
+HEADLINE_WORDS = 25
+"""The most words in a finding's first sentence: a learner reads it in one breath."""
+
 KINDS = tuple(kind.value for kind in Kind)
 SEVERITIES = tuple(severity.value for severity in Severity)
 
@@ -51,6 +54,10 @@ SEVERITIES = tuple(severity.value for severity in Severity)
 class Finding(Record):
     """One thing that limits a run, shown by its figures, with what to do about it.
 
+    A finding reads in one breath first: its ``headline``, one sentence of at most
+    ``HEADLINE_WORDS`` words (what limits the step, by how much, what to try); the evidence and
+    the advice follow, folded in the notebook's views and in full in plain text.
+
     Args:
         kind: a ``Kind`` (or its name).
         evidence: the measured figures that show it, in words.
@@ -58,6 +65,9 @@ class Finding(Record):
         knob: the knob to try (a ``KNOBS`` name, or ``trainer.<argument>``), or None.
         severity: a ``Severity`` (or its name).
         value: the knob value to try, or None.
+        summary: what limits the step and by how much, in a few words, with what to do where
+            no knob is named (the headline adds the knob); empty in findings stored by
+            speedlab 0.1, whose headline is their evidence.
     """
 
     kind: Kind
@@ -66,6 +76,7 @@ class Finding(Record):
     knob: str | None = None
     severity: Severity = Severity.warn
     value: Any = None
+    summary: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -76,6 +87,25 @@ class Finding(Record):
                 f"Finding(kind={self.kind!r}, severity={self.severity!r}): unknown."
             ) from None
 
+    @property
+    def headline(self) -> str:
+        """The finding in one sentence: its summary and the knob to try."""
+        if not self.summary:
+            return self.evidence
+        tried = f"; try {option_text(self.knob, self.value)}" if self.knob else ""
+        return f"{self.summary}{tried}."
+
+    @property
+    def title(self) -> str:
+        """The headline with the finding's severity and kind, as every view starts it."""
+        return f"[{self.severity}] {self.kind}: {self.headline}"
+
+    @property
+    def details(self) -> str:
+        """What follows the headline: the figures that show it and what to do."""
+        if self.summary:
+            return f"{self.evidence} {self.advice}"
+        return self.advice + (f" Try {option_text(self.knob, self.value)}." if self.knob else "")
+
     def __str__(self) -> str:
-        tried = f" Try {option_text(self.knob, self.value)}." if self.knob else ""
-        return f"[{self.severity}] {self.kind}: {self.evidence} {self.advice}{tried}"
+        return f"{self.title}\n    {self.details}"

@@ -104,7 +104,9 @@ class RunResult:
     holds the DataLoader workers' batch timestamps (``worker``, ``start``, ``end``, ``taken``;
     see speedlab.measure.pipeline). ``host_syncs``, on a GPU, counts the synchronizing CUDA
     operations of a few warm-up steps per source line (``{"steps": n, "lines": [{"file",
-    "line", "count"}]}``; speedlab.measure.syncs).
+    "line", "count"}]}``; speedlab.measure.syncs). ``flops`` holds one warm-up step's count
+    (``per_step``, that ``step``'s index, the ``uncounted`` ops that had no formula) and the
+    device's ``peak`` FLOP/s with its ``peak_source`` (speedlab.measure.flops).
 
     ``comparison`` is the run's comparison with its sweep's baseline and ``break_even`` the
     steps after which each up-front knob (compile, preload) pays back (None: never), both
@@ -128,6 +130,7 @@ class RunResult:
     ranks: list[RankRecord] = field(default_factory=list)
     replicates: list[RunResult] = field(default_factory=list)
     host_syncs: dict[str, Any] = field(default_factory=dict)
+    flops: dict[str, Any] = field(default_factory=dict)
     comparison: Comparison | None = None
     break_even: dict[str, float | None] = field(default_factory=dict)
 
@@ -201,6 +204,23 @@ class RunResult:
     @property
     def step_time(self) -> float:
         return self.steady.step_time
+
+    @property
+    def flops_per_step(self) -> int | None:
+        """FLOPs of one training step (matmuls, convolutions, attention; forward and backward),
+        counted once; None where not counted, or where an op had no formula."""
+        per_step = self.flops.get("per_step")
+        return per_step if per_step and not self.flops.get("uncounted") else None
+
+    @property
+    def mfu(self) -> float | None:
+        """The share of the device's peak FLOP/s the counted steps reached (model FLOPs
+        utilisation): FLOPs per sample times samples/s, over the peak; None where unknown."""
+        per_step, peak, step = self.flops_per_step, self.flops.get("peak"), self.flops.get("step")
+        if not per_step or not peak or step is None or step >= self.steps:
+            return None
+        samples = self.records["samples"][step]
+        return per_step / samples * self.samples_per_s / peak if samples else None
 
     @property
     def data_share(self) -> float:

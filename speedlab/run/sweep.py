@@ -20,8 +20,9 @@ from typing import Any
 
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.steady_notes import steady_notes
+from speedlab.analysis.utilisation import flops_notes
 from speedlab.analysis.verdict import judge_sweep
-from speedlab.measure.devices import device_for
+from speedlab.measure.devices import Device, device_for
 from speedlab.results.knobs import (
     KNOBS,
     KnobError,
@@ -156,13 +157,24 @@ def run_once(
     return results, error
 
 
+def _peak(device: Device, measured: RunResult) -> dict[str, Any]:
+    """The device's peak FLOP/s in the run's precision and matmul level, and its source; read
+    (on a CPU, measured) after the fit, only where the run's FLOPs were counted."""
+    if not measured.flops_per_step:
+        return {}
+    w = measured.workload
+    peak, source = device.peak_flops(w.get("precision", ""), w.get("matmul", "highest"))
+    return {"peak": peak, "peak_source": source}
+
+
 def _assemble(
     fit: FitRecord, knobs: Knobs, session: Intercept, reaped: list[str], number: int | None
 ) -> RunResult:
     """One fit's result, built once: what the probe measured, the knobs asked and in force,
     the notes of each part, and the doctor's findings."""
     measured = fit.probe.result() if fit.probe.ran else RunResult()
-    workload = measured.workload | fit.workload() | {"math": device_for(measured.device).math()}
+    device = device_for(measured.device)
+    workload = measured.workload | fit.workload() | {"math": device.math()}
     if session.matmul_changes is not None:
         workload["matmul_changes"] = session.matmul_changes
     error = measured.error
@@ -176,11 +188,12 @@ def _assemble(
         notes=session.notes + fit.notes + measured.notes + reaped + _stopped(session, measured),
         phases=measured.phases | {"preload": fit.preload_s},
         workload=workload,
+        flops=measured.flops | _peak(device, measured),
         error=error,
     )
     return replace(
         result,
-        notes=result.notes + steady_notes(result),
+        notes=result.notes + steady_notes(result) + flops_notes(result),
         diagnosis=diagnose(result, lint_findings=_lint(fit.model)),
     )
 

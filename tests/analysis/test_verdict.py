@@ -37,9 +37,11 @@ def test_advice_this_sweep_already_measured_says_what_it_measured_instead_of_try
     sweep = judge_sweep([base, tried])
     assert sweep.best is sweep.baseline
     alone = the(judge_sweep([base]).diagnosis, "io_bound")
-    assert (alone.knob, alone.value) == ("workers", 2) and "Try --workers 2." in str(alone)
+    assert (alone.knob, alone.value) == ("workers", 2)
+    assert alone.headline.endswith("; try --workers 2.")
     found = the(sweep.diagnosis, "io_bound")
-    assert found.knob is None and "Try --workers" not in str(found)
+    assert found.knob is None and "try --workers" not in found.headline
+    assert found.headline.endswith("; this sweep measured --workers 2.")
     assert "This sweep already measured --workers 2 against it: 0." in found.advice
     assert "slower" in found.advice or "too few" in found.advice
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import statistics
 import subprocess
 import sys
@@ -18,10 +17,8 @@ from speedlab.labs import KnownCostModel, known_cost_loader
 from speedlab.measure.probe import (
     BATCH_ACTION,
     SpeedProbe,
-    batch_size_of,
-    loader_facts,
-    samples_of,
 )
+from speedlab.measure.workload import loader_facts
 
 
 def trainer(probe: SpeedProbe, package=pl, **kwargs) -> pl.Trainer:
@@ -261,40 +258,6 @@ def test_result_before_any_fit_explains() -> None:
 def test_bad_arguments_are_quoted_back(args: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SpeedProbe(**args)
-
-
-@dataclasses.dataclass
-class Pair:
-    x: torch.Tensor
-    y: torch.Tensor
-
-
-@pytest.mark.parametrize(
-    ("batch", "size"),
-    [
-        (torch.zeros(7, 3), 7),
-        ((torch.zeros(5, 2), torch.zeros(5)), 5),
-        ({"image": torch.zeros(3, 1), "label": torch.zeros(3)}, 3),
-        ([[torch.zeros(4)], 1], 4),
-        (torch.tensor(1.0), 1),
-        ([], 0),
-        ((["a", "b", "c"], torch.zeros(3, 2)), 3),  # the first tensor, past a list of names
-        ((None, {"x": torch.zeros(6)}), 6),
-        (Pair(torch.zeros(2, 2), torch.zeros(2)), 2),
-    ],
-)
-def test_batch_size_of(batch: object, size: int) -> None:
-    assert batch_size_of(batch) == size
-
-
-def test_samples_of_several_loaders_add_up() -> None:
-    pair = (torch.zeros(4, 3), torch.zeros(4))
-    other = {"x": torch.zeros(2, 3)}
-    loaders = {"a": "loader a", "b": "loader b"}
-    assert samples_of({"a": pair, "b": other}, loaders) == 6
-    assert samples_of([pair, other], ["loader a", "loader b"]) == 6
-    assert samples_of({"a": pair, "b": None}, loaders) == 4  # mode "max_size": b is done
-    assert samples_of(pair, "one loader") == 4
 
 
 class FirstOfTwo(KnownCostModel):

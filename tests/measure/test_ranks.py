@@ -191,7 +191,8 @@ def test_example_script_trains_two_processes_logs_every_rank_and_prints_a_summar
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("speedlab: 2 ranks") == 1  # printed once, by rank 0
-    assert "straggler: Rank 1 needs" in done.stdout
+    assert "straggler: Rank 1's data loading makes every rank wait" in done.stdout
+    assert "\n    Rank 1 needs" in done.stdout  # the evidence under the headline
     result = RunResult.from_dict(json.loads(out.read_text()))
     assert [e.rank for e in result.ranks] == [0, 1]
     assert all(len(e.records["batch_time"]) == 20 for e in result.ranks)

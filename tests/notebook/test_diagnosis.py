@@ -10,7 +10,13 @@ from speedlab.results.sweep import SweepResult
 from tests.records import run_of
 
 LOADING = Finding(
-    "cpu_bound", "Each step waits 9.0 ms for data.", "Preload it.", "preload", "critical", "ram"
+    "cpu_bound",
+    "Each step waits 9.0 ms for data.",
+    "Preload it.",
+    "preload",
+    "critical",
+    "ram",
+    "Building batches on the CPU takes 90% of each step",
 )
 COMPUTE = Finding(
     "model_bound",
@@ -34,10 +40,13 @@ def test_a_precision_sweep_folds_the_data_pipelines_findings_to_one_line() -> No
     text = pretty(sweep)
     assert str(COMPUTE) in text and str(VERDICT) in text
     assert str(LOADING) not in text
-    assert f"[critical] cpu_bound ({FOLDED}; in full: .diagnosis). Try --preload ram." in text
+    assert (
+        f"[critical] cpu_bound ({FOLDED}; in full: .diagnosis): Building batches on the CPU "
+        "takes 90% of each step; try --preload ram." in text
+    )
     page = findings_html(sweep)
     assert '<details><summary style="display:list-item;cursor:pointer">[critical] cpu_bound' in page
-    assert "Each step waits 9.0 ms for data." in page  # in full, behind the disclosure
+    assert "</summary>Each step waits 9.0 ms for data. Preload it." in page  # behind the fold
 
 
 def test_a_workers_sweep_shows_the_data_pipelines_findings_in_full() -> None:
@@ -47,10 +56,12 @@ def test_a_workers_sweep_shows_the_data_pipelines_findings_in_full() -> None:
     assert str(LOADING) in pretty(sweep)
 
 
-def test_a_single_run_shows_every_finding_in_full() -> None:
+def test_a_single_run_shows_every_findings_headline_with_the_rest_folded() -> None:
     sweep = sweep_over("precision", ("32-true",))
     assert about_the_sweep(sweep) == ([VERDICT, COMPUTE, LOADING], [])
-    assert "<details>" not in findings_html(sweep)
+    page = findings_html(sweep)
+    assert FOLDED not in page
+    assert page.count("<details>") == 3  # each headline shown, its evidence folded under it
 
 
 def test_a_finding_with_no_knob_to_try_is_folded_by_its_kind() -> None:
@@ -60,7 +71,7 @@ def test_a_finding_with_no_knob_to_try_is_folded_by_its_kind() -> None:
     sweep = sweep_over("precision", ("32-true", "bf16-mixed"))
     sweep = SweepResult(sweep.runs, diagnosis=[VERDICT, in_memory])
     assert about_the_sweep(sweep) == ([VERDICT], [in_memory])
-    assert f"[warn] cpu_bound ({FOLDED}; in full: .diagnosis)." in pretty(sweep)
+    assert f"[warn] cpu_bound ({FOLDED}; in full: .diagnosis): Each step waits" in pretty(sweep)
 
 
 def test_every_kind_is_placed_in_a_part_or_shown_with_every_sweep() -> None:

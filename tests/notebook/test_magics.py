@@ -203,7 +203,7 @@ def test_doctor_prints_the_findings_and_the_line_to_run_next(shell, capsys, monk
     # data finding it is belongs to the doctor's own known-cost tests; here: each finding of
     # the run, then the experiment that follows from them.
     [data] = [f for f in diagnose(session.last.runs[0]) if f.kind in ("io_bound", "cpu_bound")]
-    assert f"{data.kind}: {data.evidence}" in out
+    assert f"{data.kind}: {data.headline}\n    {data.evidence}" in out  # every finding in full
     assert out.rstrip().endswith("Try next:\n" + next_experiment(session.last))
     assert next_experiment(session.last).startswith("%%profile_train ")
 

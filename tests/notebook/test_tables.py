@@ -71,7 +71,7 @@ def test_the_html_table_spaces_its_cells_itself() -> None:
     # nbclassic's widget styles set table-cell padding to 0: the table brings its own.
     html = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()._repr_html_()
     cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", html)
-    assert len(cells) == 2 * 11
+    assert len(cells) == 2 * len(SWEEP_COLUMNS)
     assert all("padding:2px 10px" in style for style in cells)
     assert cells[0].endswith("text-align:left") and cells[1].endswith("text-align:right")
 
@@ -88,6 +88,7 @@ def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
     assert "data_time / (data_time + batch_time)" in said["data share"]
     assert "whole machine" in said["CPU %"] and "workers' own pages" in said["peak RSS MB"]
     assert "pauses left out" in said["samples/s"] and "hooks and logging" in said["batch_time ms"]
+    assert "device's peak" in said["MFU"] and "unknown" in said["MFU"]
 
 
 @pytest.mark.parametrize(

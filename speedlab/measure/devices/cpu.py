@@ -4,6 +4,7 @@ on it. Nothing here touches CUDA."""
 from __future__ import annotations
 
 from speedlab.measure.devices.device import Device
+from speedlab.measure.flops import matmul_peak, precision_dtype
 from speedlab.measure.numerics import amp_choice, cpu_math, cpu_matmul_changes, matmul_effect
 
 
@@ -27,6 +28,14 @@ class CpuDevice(Device):
         has (``cpu_math``, as ``%speedlab system`` shows it); ``matmul_medium``: whether
         ``--matmul medium`` changes float32 matmuls here (measured on this CPU)."""
         return cpu_math() | {"matmul_medium": cpu_matmul_changes("medium")}
+
+    def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:
+        """Measured: a large matmul in the precision's dtype on torch's threads."""
+        import torch
+
+        dtype = str(precision_dtype(precision)).removeprefix("torch.")
+        peak = matmul_peak(dtype, torch.get_num_threads(), matmul)
+        return peak, f"this CPU's measured {dtype} matmul peak"
 
     def amp(self) -> tuple[str, str]:
         chosen = amp_choice(cuda=False, native_bf16=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from speedlab.measure.devices.device import Device
 from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.flops import gpu_peak, precision_dtype
 from speedlab.measure.machine import imported_torch
 from speedlab.measure.numerics import MATMUL_MODES, amp_choice, cuda_math, matmul_effect
 from speedlab.measure.syncs import SyncWatch
@@ -41,6 +42,16 @@ class CudaDevice(Device):
         import torch
 
         return EventTimeline(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+
+    def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:
+        """The GPU's dense peak from ``GPU_PEAKS``; for float32, its TF32 peak where float32
+        matmuls ran in TF32 (``matmul`` not "highest")."""
+        import torch
+
+        dtype = str(precision_dtype(precision)).removeprefix("torch.")
+        if dtype == "float32" and matmul != "highest":
+            dtype = "tf32"
+        return gpu_peak(torch.cuda.get_device_name(), dtype)
 
     def sync_watch(self, warmup: int) -> SyncWatch:
         return SyncWatch(warmup)

@@ -70,6 +70,13 @@ class Device(ABC):
         where speedlab knows none."""
         return {}
 
+    def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:
+        """The most FLOP/s it can do in a Trainer's ``precision`` with float32 matmuls at
+        ``matmul`` (``torch.get_float32_matmul_precision()`` during the run), and where the
+        figure comes from, in words; None (with the reason) where speedlab does not know it,
+        rather than a guess."""
+        return None, f"speedlab knows no peak for a {self.name}"
+
     @abstractmethod
     def amp(self) -> tuple[str, str]:
         """The mixed precision ``precision=amp`` runs as there (a Lightning ``precision``), and

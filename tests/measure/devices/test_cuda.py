@@ -154,3 +154,18 @@ def test_on_this_gpu_amp_follows_its_capability_and_memory_is_read() -> None:
     assert torch.cuda.get_device_name() in note
     held = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
     assert gpu.memory_reserved() >= held.numel()
+
+
+@pytest.mark.parametrize(
+    ("precision", "matmul", "peak"),
+    [
+        ("bf16-mixed", "highest", 989.4e12),
+        ("32-true", "high", 494.7e12),
+        ("32-true", "highest", 67e12),
+    ],
+)
+def test_a_gpus_peak_is_its_data_sheets_in_the_precision_its_matmuls_ran(
+    monkeypatch: pytest.MonkeyPatch, precision: str, matmul: str, peak: float
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
+    assert CudaDevice().peak_flops(precision, matmul)[0] == peak

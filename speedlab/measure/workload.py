@@ -1,0 +1,81 @@
+"""What a fit trains, read from Lightning's own objects without touching a tensor's values:
+the samples in a batch, how the training loaders load, and how long the cell means to train."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor, depth first (no sync)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    if isinstance(batch, Mapping):
+        parts: Any = batch.values()
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        parts = batch
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        parts = (getattr(batch, f.name) for f in dataclasses.fields(batch))
+    else:
+        return 0
+    for part in parts:
+        size = batch_size_of(part)
+        if size:
+            return size
+    return 0
+
+
+def samples_of(batch: Any, loaders: Any) -> int:
+    """Samples a step consumed. With several training loaders (a dict or list of them) the
+    batch holds one batch of each, shaped like the loaders: their samples add up."""
+    if isinstance(loaders, Mapping) and isinstance(batch, Mapping):
+        return sum(samples_of(batch.get(key), part) for key, part in loaders.items())
+    same_length = isinstance(batch, (list, tuple)) and len(batch) == len(loaders)
+    if isinstance(loaders, (list, tuple)) and same_length:
+        return sum(samples_of(b, part) for b, part in zip(batch, loaders))
+    return batch_size_of(batch)
+
+
+def each_loader(loaders: Any) -> list[Any]:
+    """The training loaders: one loader, or those of a dict or list of them."""
+    if isinstance(loaders, Mapping):
+        return [one for part in loaders.values() for one in each_loader(part)]
+    if isinstance(loaders, (list, tuple)):
+        return [one for part in loaders for one in each_loader(part)]
+    return [] if loaders is None else [loaders]
+
+
+def loader_facts(loaders: Any) -> dict[str, Any]:
+    """How the training loaders load, as they were built: their worker processes in all
+    (``loader_workers``), and where they agree, whether they pin memory and keep their workers
+    between epochs, and their batch size."""
+    flat = each_loader(loaders)
+    workers = sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
+    facts: dict[str, Any] = {"loader_workers": workers}
+    for fact, attribute in (
+        ("loader_pin_memory", "pin_memory"),
+        ("loader_persistent_workers", "persistent_workers"),
+        ("loader_batch_size", "batch_size"),
+    ):
+        values = {getattr(one, attribute, None) for one in flat}
+        if len(values) == 1 and None not in values:
+            facts[fact] = values.pop()
+    return facts
+
+
+def training_plan(trainer: Any, own_max_steps: int | None = None) -> dict[str, int]:
+    """The fit's own length, as the cell wrote it: training batches an epoch (``epoch_steps``)
+    and in all (``planned_steps``), where finite. ``own_max_steps`` is the cell's ``max_steps``
+    where a caller replaced it to stop the run early (speedlab's ``--steps``): break-even
+    figures are read against the training the cell would do, not the part measured."""
+    per_epoch = getattr(trainer, "num_training_batches", math.inf)
+    max_steps = trainer.max_steps if own_max_steps is None else own_max_steps
+    limits = [per_epoch * trainer.max_epochs] if (trainer.max_epochs or -1) >= 0 else []
+    if max_steps >= 0:
+        limits.append(max_steps * trainer.accumulate_grad_batches)
+    plan = {"epoch_steps": per_epoch, "planned_steps": min(limits, default=math.inf)}
+    return {k: int(v) for k, v in plan.items() if math.isfinite(v)}
