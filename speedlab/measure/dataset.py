@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,13 +138,27 @@ def _describe(sample: Any) -> str:
     return type(sample).__name__
 
 
-def _bytes(sample: Any) -> bytes:
+def digest(sample: Any, per_tensor: int | None = None) -> str:
+    """A short hash of a sample's (or a batch's) contents: equal contents, equal digests.
+    ``per_tensor``: hash at most that many evenly spaced elements of each tensor, so that a
+    large batch costs little (contents that differ only between them digest alike)."""
+    return _hash([_bytes(sample, per_tensor)])
+
+
+def _bytes(sample: Any, per_tensor: int | None = None) -> bytes:
     import torch
 
     if isinstance(sample, (tuple, list)):
-        return b"".join(_bytes(part) for part in sample)
+        return b"".join(_bytes(part, per_tensor) for part in sample)
+    if isinstance(sample, Mapping):  # keys and values: a tensor's repr would elide its middle
+        return b"".join(
+            repr(key).encode() + _bytes(value, per_tensor) for key, value in sample.items()
+        )
     if hasattr(sample, "numpy"):  # a tensor, of any dtype
-        flat = sample.detach().cpu().contiguous().reshape(-1)
+        flat = sample.detach().reshape(-1)
+        if per_tensor is not None:
+            flat = flat[:: max(1, -(-flat.numel() // per_tensor))]
+        flat = flat.cpu().contiguous()
         return flat.view(torch.uint8).numpy().tobytes()
     if hasattr(sample, "tobytes"):  # a numpy array
         return sample.tobytes()

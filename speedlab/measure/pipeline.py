@@ -50,6 +50,10 @@ class Stamped:
 #: Receives each handed-out batch's stamps: worker id, start, end, taken (perf_counter seconds).
 StampSink = Callable[[int, float, float, float], None]
 
+#: Sees each batch a worker made, with the worker's id, as the main process takes it; it may
+#: raise to stop the run, and the loader's workers are then ended.
+BatchWatch = Callable[[int, Any], None]
+
 
 def probe_sink(probe: Any) -> StampSink:
     """A StampSink that writes into a SpeedProbe's ``records["pipeline"]``.
@@ -113,30 +117,42 @@ def _stamp_fetchers(worker_id: int) -> None:
 
 
 class _Unstamped(Iterator):
-    """Iterates a DataLoader iterator, handing the user's batches on and the stamps to a sink."""
+    """Iterates a DataLoader iterator, handing the user's batches on, the stamps to a sink and
+    the batches with their worker's id to a watch."""
 
-    def __init__(self, batches: Iterator, sink: StampSink) -> None:
+    def __init__(self, batches: Iterator, sink: StampSink | None, watch: BatchWatch | None) -> None:
         self._batches = batches
         self._sink = sink
+        self._watch = watch
 
     def __next__(self) -> Any:
         item = next(self._batches)
-        if type(item) is Stamped:
+        if type(item) is not Stamped:
+            return item
+        if self._sink is not None:
             self._sink(item.worker, item.start, item.end, _perf())
-            return item.batch
-        return item
+        if self._watch is not None:
+            try:
+                self._watch(item.worker, item.batch)
+            except BaseException:
+                # The traceback keeps this iterator, and so its workers, alive: end them now.
+                self._batches._shutdown_workers()  # type: ignore[attr-defined]
+                raise
+        return item.batch
 
     def __len__(self) -> int:
         return len(self._batches)
 
 
 class StampedDataLoader(DataLoader):
-    """A DataLoader whose workers stamp every batch; with ``stamps=None`` a plain DataLoader.
+    """A DataLoader whose workers stamp every batch; with ``stamps=None`` and ``watch=None`` a
+    plain DataLoader.
 
     Takes DataLoader's arguments plus ``stamps``, the StampSink that receives each batch's
-    stamps as the main process takes it, and ``seed_every_epoch``: whether the cell's own loader
+    stamps as the main process takes it, ``watch``, the BatchWatch that sees each batch with its
+    worker's id, and ``seed_every_epoch``: whether the cell's own loader
     draws its workers' base seed every epoch (``not persistent_workers``; ``None``: as this one
-    does). Lightning may re-create the loader (to inject a distributed sampler): it passes both
+    does). Lightning may re-create the loader (to inject a distributed sampler): it passes them
     on like any other argument.
 
     Example::
@@ -151,16 +167,18 @@ class StampedDataLoader(DataLoader):
         dataset: Any,
         *args: Any,
         stamps: StampSink | None = None,
+        watch: BatchWatch | None = None,
         seed_every_epoch: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, *args, **kwargs)
         self.stamps = stamps
+        self.watch = watch
         self.seed_every_epoch = seed_every_epoch
         self._epochs = 0
 
     def _stamping(self) -> bool:
-        return self.stamps is not None and self.num_workers > 0
+        return (self.stamps is not None or self.watch is not None) and self.num_workers > 0
 
     def _get_iterator(self) -> Any:
         if not self._stamping():
@@ -176,7 +194,7 @@ class StampedDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator:
         batches = self._iter_seeded_as_the_cells()
-        return _Unstamped(batches, self.stamps) if self._stamping() else batches
+        return _Unstamped(batches, self.stamps, self.watch) if self._stamping() else batches
 
     def _iter_seeded_as_the_cells(self) -> Iterator:
         """``DataLoader.__iter__``, taking the epoch's base seed from ``generator`` (torch's

@@ -156,7 +156,10 @@ KNOBS: dict[str, KnobSpec] = {
             "are free. Each worker is a whole process (memory grows with each one) and starts "
             "again every epoch unless persistent_workers is on. On a machine with few cores "
             "they compete with torch's own compute threads (torch.get_num_threads()), so "
-            "batch_time can grow as workers are added. auto uses (cores - devices) / devices.",
+            "batch_time can grow as workers are added. auto uses (cores - devices) / devices. "
+            "A stream (an IterableDataset) runs its __iter__ in every worker: it must shard "
+            "itself with get_worker_info(), as LitData and datasets do, or each worker repeats "
+            "every sample (speedlab stops such a run).",
         ),
         KnobSpec(
             "pin_memory",

@@ -31,6 +31,7 @@ from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_th
 from speedlab.run.loaders import (
     NotebookClass,
     NotebookClassError,
+    can_stamp,
     map_loaders,
     rebuild_loader,
     rebuild_refusal,
@@ -416,7 +417,7 @@ class Intercept:
         from torch.utils.data import DataLoader
 
         single = isinstance(source, DataLoader)
-        if stamp_only and (not single or rebuild_refusal(source) or source.num_workers == 0):
+        if stamp_only and (not single or not can_stamp(source) or source.num_workers == 0):
             return source  # nothing to stamp, or not a loader speedlab rebuilds as it is
         loaders: list[Any] = []
         map_loaders(source, loaders.append)

@@ -3,7 +3,10 @@
 The rebuilt loader makes the same batches: it keeps everything the user chose that the knobs do
 not set (dataset, sampler and so shuffling, batch_sampler, collate_fn, drop_last,
 worker_init_fn, generator). A knob that would change the batches is refused
-(``WorkerSetupError``); a loader that cannot be rebuilt says so (``rebuild_refusal``).
+(``WorkerSetupError``); a loader that cannot be rebuilt says so (``rebuild_refusal``). A stream
+(an IterableDataset) is the exception: its batches follow its workers, so another worker count
+trains on the same samples in another order, and a stream that repeats itself in every worker
+is stopped (``speedlab.run.streams``).
 
 What a rebuild noted comes back with the loader (``Rebuilt``), and a class defined in the
 notebook that workers could not import is a fact, not a sentence: ``Rebuilt.notebook_class``
@@ -23,6 +26,13 @@ from typing import TYPE_CHECKING, Any
 from speedlab.measure.compat import is_combined_loader
 from speedlab.measure.machine import usable_cores
 from speedlab.results.knobs import KnobError, KnobRefused, Knobs
+from speedlab.run.streams import (
+    RepeatCheck,
+    is_litdata_loader,
+    is_stream,
+    rebuild_litdata,
+    stream_notes,
+)
 
 if TYPE_CHECKING:
     from speedlab.measure.pipeline import StampSink
@@ -143,12 +153,18 @@ def rebuild_refusal(loader: Any) -> str | None:
 
     from speedlab.measure.pipeline import StampedDataLoader
 
-    if type(loader) in (DataLoader, StampedDataLoader):
+    if type(loader) in (DataLoader, StampedDataLoader) or is_litdata_loader(loader):
         return None
     name = type(loader).__name__
     if isinstance(loader, DataLoader):
         return f"the training DataLoader is a {name}, a subclass speedlab cannot rebuild"
     return f"the training data ({name}) is not a DataLoader"
+
+
+def can_stamp(loader: Any) -> bool:
+    """Whether a rebuild of ``loader`` stamps its workers' batches (LitData's own loader is
+    rebuilt as itself, which does not)."""
+    return rebuild_refusal(loader) is None and not is_litdata_loader(loader)
 
 
 def map_loaders(source: Any, rebuild: Callable[[Any], Any]) -> Any:
@@ -168,9 +184,7 @@ def map_loaders(source: Any, rebuild: Callable[[Any], Any]) -> Any:
 def _batching(loader: Any, dataset: Any, knobs: Knobs) -> tuple[dict[str, Any], str | None]:
     """The DataLoader arguments that make ``loader``'s batches (batch_size or batch_sampler),
     and a note when ``--batch-size`` could not apply."""
-    from torch.utils.data import IterableDataset
-
-    sampler = {} if isinstance(dataset, IterableDataset) else {"sampler": loader.sampler}
+    sampler = {} if is_stream(dataset) else {"sampler": loader.sampler}
     if loader.batch_size is not None:
         size = knobs.batch_size or loader.batch_size
         return {"batch_size": size, "drop_last": loader.drop_last, **sampler}, None
@@ -187,17 +201,9 @@ def _batching(loader: Any, dataset: Any, knobs: Knobs) -> tuple[dict[str, Any], 
 
 
 def _check_workers(loader: Any, dataset: Any, knobs: Knobs, workers: int, several: bool) -> None:
-    """Refuse a worker count that would change the batches: an IterableDataset's, or, among
-    several training loaders, the order of one shuffled from torch's global random state."""
-    from torch.utils.data import IterableDataset
-
+    """Refuse a worker count that would change the batches: among several training loaders, the
+    order of one shuffled from torch's global random state."""
     before = f"--workers {knobs.workers}: {type(dataset).__name__}"
-    if isinstance(dataset, IterableDataset) and workers != loader.num_workers:
-        raise WorkerSetupError(
-            f"{before} is an IterableDataset, and each worker runs its own copy of __iter__, "
-            f"so {workers} workers instead of the cell's {loader.num_workers} would change the "
-            "batches training_step sees. Set num_workers in the cell instead."
-        )
     samplers = (loader.sampler, getattr(loader.batch_sampler, "sampler", None))
     global_shuffle = any(getattr(s, "generator", False) is None for s in samplers)
     if several and global_shuffle and (workers == 0) != (loader.num_workers == 0):
@@ -222,9 +228,11 @@ def rebuild_loader(
     pin_memory, persistence and batch size; every other argument is the loader's own.
     ``several``: the loader is one of several training loaders.
 
-    It is a ``StampedDataLoader``: with ``stamps``, its workers' batch timestamps go there.
-    It comes back in a ``Rebuilt``, with the notes on how the knobs applied and the notebook
-    class its workers were forked for.
+    It is a ``StampedDataLoader`` (LitData's ``StreamingDataLoader`` stays one): with
+    ``stamps``, its workers' batch timestamps go there; where ``--workers`` gives a stream
+    several workers, a ``RepeatCheck`` watches their first batches. It comes back in a
+    ``Rebuilt``, with the notes on how the knobs applied and the notebook class its workers were
+    forked for.
     """
     from torch.utils.data import DataLoader
 
@@ -236,6 +244,7 @@ def rebuild_loader(
         workers, note = resolve_workers(knobs.workers, devices)
         notes += [note] if note else []
     _check_workers(loader, dataset, knobs, workers, several)
+    notes += stream_notes(dataset, workers, loader.num_workers)
     if workers == 0 and loader.num_workers > 0 and loader.worker_init_fn is not None:
         notes.append(
             "workers=0: the DataLoader's worker_init_fn runs only in worker processes, so it "
@@ -275,8 +284,15 @@ def rebuild_loader(
         notes.append(notebook_class.note())
     seeds = getattr(loader, "seed_every_epoch", None)  # a stand-in's: the cell's loader's way
     seeds = not loader.persistent_workers if seeds is None else seeds
+    check = knobs.workers is not None and workers > 1 and is_stream(dataset)
     try:
-        rebuilt = StampedDataLoader(**kwargs, stamps=stamps, seed_every_epoch=seeds)
+        if is_litdata_loader(loader):  # its StreamingDataset shards itself: nothing to watch
+            rebuilt = rebuild_litdata(loader, kwargs)
+        else:
+            watch = RepeatCheck(dataset, workers, knobs.workers) if check else None
+            rebuilt = StampedDataLoader(
+                **kwargs, stamps=stamps, watch=watch, seed_every_epoch=seeds
+            )
     except ValueError as err:
         raise KnobError("workers", workers, f"settings the DataLoader accepts ({err})") from None
     return Rebuilt(rebuilt, tuple(notes), notebook_class)

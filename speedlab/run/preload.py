@@ -120,14 +120,20 @@ def _check_ram(need: float, what: str) -> None:
 
 
 def _check_numbered(dataset: Any) -> None:
-    """Refuse a dataset whose samples cannot be read ahead by number."""
+    """Refuse a dataset whose samples cannot be read ahead by number.
+
+    A stream is refused even where it ends: training reads it through ``__iter__`` alone, which
+    may shuffle every epoch (LitData, a shuffle buffer) and split it among the workers, so a copy
+    read once would freeze one epoch's order and sharding, and one with no end never finishes.
+    """
     from torch.utils.data import IterableDataset
 
     name = type(dataset).__name__
     if isinstance(dataset, IterableDataset):
         raise PreloadError(
-            f"--preload ram: {name} is an IterableDataset, a stream with no len() and no "
-            "dataset[i], so its samples cannot be loaded ahead. Use --preload off."
+            f"--preload ram: {name} is an IterableDataset: training reads it only through "
+            "__iter__, in an order it may change every epoch and split among the workers, so a "
+            "copy read ahead would not train as it does. Use --preload off."
         )
     if not hasattr(dataset, "__len__"):
         raise PreloadError(
