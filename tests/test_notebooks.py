@@ -15,7 +15,7 @@ import torch
 from nbclient.exceptions import CellExecutionError
 
 from speedlab.measure.numerics import MATMUL_LEVELS, cpu_matmul_changes, matmul_effect
-from speedlab.results.findings import KINDS, SEVERITIES
+from speedlab.results.findings import HEADLINE_WORDS, KINDS, SEVERITIES
 from tests.nbexec import NOTEBOOKS, execute
 
 TIME_LIMIT_S = 180
@@ -39,21 +39,29 @@ def printed(notebook: nbformat.NotebookNode) -> str:
     return "".join(o.get("text", "") for c in cells for o in c.outputs if o.output_type == "stream")
 
 
-def shown(notebook: nbformat.NotebookNode) -> str:
-    """Everything the notebook's cells show as text: what they printed, and the plain text of
-    what they displayed (a sweep displayed by ``%%profile_train`` lists its findings under its
-    table)."""
+def shown_outputs(notebook: nbformat.NotebookNode) -> list[str]:
+    """What each output of the notebook's cells shows as text: what a cell printed, or the
+    plain text of what it displayed (a sweep displayed by ``%%profile_train`` lists its findings
+    under its table)."""
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
-    return "\n".join(
+    return [
         o.text if o.output_type == "stream" else o.get("data", {}).get("text/plain", "")
         for o in outputs
-    )
+    ]
+
+
+def shown(notebook: nbformat.NotebookNode) -> str:
+    """Everything the notebook's cells show as text."""
+    return "\n".join(shown_outputs(notebook))
 
 
 FINDING = re.compile(
-    rf"^\[(?:{'|'.join(SEVERITIES)})\] (?P<kind>{'|'.join(KINDS)}): .+$", re.MULTILINE
+    rf"^\[(?:{'|'.join(SEVERITIES)})\] (?P<kind>{'|'.join(KINDS)})(?: \([^)]*\))?: "
+    r"(?P<headline>.+)$",
+    re.MULTILINE,
 )
-"""A finding as ``str(Finding)`` shows it, one a line: ``[critical] io_bound: Each step ...``."""
+"""A finding's first line as ``str(Finding)`` shows it (``[critical] io_bound: Waiting for
+storage ...``), or as a sweep folds one off its topic (``[warn] cpu_bound (not about ...): ...``)."""
 
 
 def defined_kinds(path: Path) -> set[str]:
@@ -66,15 +74,21 @@ def defined_kinds(path: Path) -> set[str]:
 
 
 def assert_findings_explained_once(name: str, notebook: nbformat.NotebookNode) -> None:
-    """Each finding the lesson shows is shown once, and its kind is defined in this lesson's
-    markdown or an earlier lesson's, so a newcomer reading the lessons in order never meets a
-    kind nobody has explained."""
+    """Each finding an output shows (a sweep's) is shown once there, its first line is one short
+    sentence, and its kind is defined in this lesson's markdown or an earlier lesson's, so a
+    newcomer reading the lessons in order never meets a kind nobody has explained. Two sweeps
+    of one pipeline may each name what limits it."""
     defined = set().union(*(defined_kinds(p) for p in lesson_paths() if p.stem <= name))
     found = [(m["kind"], m[0]) for m in FINDING.finditer(shown(notebook))]
     undefined = sorted({kind for kind, _ in found} - defined)
     assert not undefined, f"{name} shows findings of kinds no lesson up to it defines: {undefined}"
-    repeated = [text for text, times in Counter(text for _, text in found).items() if times > 1]
-    assert not repeated, f"{name} shows the same finding more than once: {repeated}"
+    for output in shown_outputs(notebook):
+        lines = Counter(m[0] for m in FINDING.finditer(output))
+        repeated = [text for text, times in lines.items() if times > 1]
+        assert not repeated, f"{name} shows the same finding twice in one output: {repeated}"
+    long = [m["headline"] for m in FINDING.finditer(shown(notebook))]
+    long = [h for h in long if len(h.split()) > HEADLINE_WORDS or re.search(r"[.!?] [A-Z]", h)]
+    assert not long, f"{name} shows findings whose first line is not one short sentence: {long}"
 
 
 CHART_CALL = re.compile(r"\.plot\(\)|\.timeline\(")

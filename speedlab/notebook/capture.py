@@ -11,6 +11,9 @@ a run lasts, its thread names the request that showed the section, and the secti
 Output widgets of the library's own (rich's live display) nest inside, as ``with output:``
 blocks do. ipykernel 7.0 to 7.3 (the last on Python 3.10) keep the same per-thread parent
 without the method; outside a kernel nothing is redirected.
+
+The widget updates of such a thread reply to the request that started it (``replies_to``), not
+to a cell run meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +36,31 @@ def current_request() -> dict[str, Any] | None:
     get_parent = getattr(get_ipython(), "get_parent", None)
     request = get_parent() if get_parent is not None else None
     return request if request and request.get("header", {}).get("msg_id") else None
+
+
+@contextmanager
+def replies_to(request: dict[str, Any] | None) -> Iterator[None]:
+    """Send the widget (comm) messages of the calling thread as replies to ``request``.
+
+    A comm message replies to the request its thread names, and where the thread names none,
+    to the last request the kernel handled. A training thread's widget updates would then reply
+    to whatever cell the learner runs meanwhile: JupyterLab and Notebook 7 hand them to that
+    cell's execution, and the kernel sends what the page says to those widgets next to that
+    cell's shell instead of the widgets' subshell. ipykernel 7.4 keeps the request per thread
+    (the kernel's ContextVar ``_shell_parent``, which ``get_parent`` reads); a kernel without
+    it is left as it is.
+    """
+    from IPython import get_ipython
+
+    variable = getattr(getattr(get_ipython(), "kernel", None), "_shell_parent", None)
+    if request is None or not isinstance(variable, ContextVar):
+        yield
+        return
+    token = variable.set(request)
+    try:
+        yield
+    finally:
+        variable.reset(token)
 
 
 class ThreadOutput:

@@ -15,8 +15,15 @@ patch the Trainer class for the duration of a run): wait for the run to end befo
 elsewhere.
 
 What Lightning prints and shows during a run goes into a collapsed section of the panel
-(speedlab.notebook.capture). The panel's output carries, beside the widgets, a static copy of its
-table and findings for front ends that draw no widgets; it is updated as each run ends.
+(speedlab.notebook.capture).
+
+Under the widgets the panel shows a static copy of its table and findings, for wherever the
+widgets are not drawn: an HTML export opened without scripts or offline, a viewer that runs none,
+a notebook reopened without its kernel. It is an output of its own, updated as each run ends: an
+export shows one format of each output, and with the widgets' state stored (``nbconvert
+--execute``'s default) that is the widget view, so beside it in one output the copy would be
+dropped. The drawn widgets carry the CSS that hides the copy, so wherever they show (JupyterLab,
+Notebook 7, nbclassic, an export whose widget scripts load) it does not show twice.
 
 ``show_panel`` is what ``%%profile_train --panel`` and ``%speedlab panel`` call.
 """
@@ -25,10 +32,10 @@ from __future__ import annotations
 
 import html
 import math
-import shutil
 import statistics
 import threading
 import traceback
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +46,16 @@ import ipywidgets as widgets
 from speedlab.analysis.compare import compare
 from speedlab.analysis.findings import unique_findings
 from speedlab.notebook import session
-from speedlab.notebook.capture import ThreadOutput, current_request
+from speedlab.notebook.capture import ThreadOutput, current_request, replies_to
+from speedlab.notebook.controls import (
+    AS_WRITTEN,
+    WHOLE,
+    choices,
+    hardware_limits,
+    help_html,
+    value_text,
+)
+from speedlab.notebook.diagnosis import findings_list_html
 from speedlab.notebook.live import NotebookView
 from speedlab.notebook.tables import verdict_text
 from speedlab.results.knobs import KNOBS, KnobError, Knobs, explain
@@ -48,48 +64,7 @@ from speedlab.results.sweep import SweepResult
 from speedlab.results.table import Table, fmt
 from speedlab.run.intercept import RunControls
 
-AS_WRITTEN = "as written"
-#: Values offered for knobs that take numbers or names (the others list their own choices).
-OFFERED = {
-    "workers": ("0", "1", "2", "4", "auto"),
-    "batch_size": ("16", "32", "64", "128", "256", "512", "1024"),
-    "devices": ("1", "2", "4"),
-    "strategy": ("auto", "ddp_notebook", "ddp_spawn", "ddp", "fsdp"),
-}
-WHOLE = "*"  # in hardware_limits: the whole control is unusable
-
-
-def hardware_limits() -> dict[str, dict[str, str]]:
-    """Per knob, the values this machine cannot use and why (``"*"``: the whole control)."""
-    import torch
-
-    limits: dict[str, dict[str, str]] = {}
-    if torch.cuda.is_available():
-        if not torch.cuda.is_bf16_supported(including_emulation=False):
-            reason = "this GPU would only emulate bf16, slowly (native bf16 needs Ampere or newer)"
-            limits["precision"] = {"bf16-mixed": reason, "bf16-true": reason}
-    else:
-        limits["precision"] = {
-            "16-mixed": "fp16 mixed precision needs a CUDA GPU; on a CPU Lightning runs "
-            "bf16-mixed instead"
-        }
-        limits["pin_memory"] = {
-            WHOLE: "pinned memory only speeds up copies to a CUDA GPU, and there is none"
-        }
-        limits["compile"] = {"reduce-overhead": "its CUDA graphs need a GPU"}
-        limits["strategy"] = {"fsdp": "FSDP shards a model across GPUs; there are none"}
-    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "cl")):
-        limits["compile"] = {
-            WHOLE: "torch.compile builds C++ code for the CPU and no C++ compiler was found"
-        }
-    if not Path("/dev/shm").is_dir():
-        limits["preload"] = {"shm": "this system has no /dev/shm"}
-    return limits
-
-
-def _choices(name: str) -> tuple[str, ...]:
-    spec = KNOBS[name]
-    return spec.choices or OFFERED.get(name, ())
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 @dataclass
@@ -113,10 +88,16 @@ class _WidgetHandle:
 
 
 class _PanelView(NotebookView):
-    """The live view of one panel run: draws into the panel and can stop the run."""
+    """The live view of one panel run: draws into the panel and can stop the run.
 
-    def __init__(self, chart: widgets.HTML) -> None:
+    Args:
+        chart: the widget it draws into.
+        request: the request that started the run (its Run click), which its drawings reply to.
+    """
+
+    def __init__(self, chart: widgets.HTML, request: dict[str, Any] | None) -> None:
         super().__init__(lambda bundle: _WidgetHandle(chart, bundle))
+        self.request = request
         self.stop_requested = False
         self.session: Any = None
 
@@ -132,7 +113,8 @@ class _PanelView(NotebookView):
     def _tick(self, force: bool = False) -> None:
         if self.stop_requested:
             self._stop_session()
-        super()._tick(force)
+        with replies_to(self.request):  # the ticker's thread names no request of its own
+            super()._tick(force)
 
     def end_sweep(self, sweep: Any) -> None:
         """The panel's table shows the comparison."""
@@ -204,10 +186,11 @@ class Panel:
         self.errors = widgets.Output()
         self.library = ThreadOutput()
         self.library.widget.layout.display = "none"  # shown from the first run on
-        self.handle: Any = None  # the display of the panel, once shown
+        self.handle: Any = None  # the display of the static copy, once shown
+        self.static_class = f"speedlab-static-{uuid.uuid4().hex}"
         self.widget = widgets.VBox(
             [
-                widgets.HTML(self._title_html()),
+                widgets.HTML(self._title_html() + self._hide_static_css()),
                 widgets.GridBox(
                     [self._with_reason(n) for n in self.controls],
                     layout=widgets.Layout(grid_template_columns="repeat(2, 1fr)"),
@@ -227,9 +210,9 @@ class Panel:
 
     def _control(self, name: str, knobs: Knobs | None) -> widgets.Dropdown:
         limited = self.limits.get(name, {})
-        options = [AS_WRITTEN, *(v for v in _choices(name) if v not in limited)]
+        options = [AS_WRITTEN, *(v for v in choices(name) if v not in limited)]
         initial = getattr(knobs, name, None) if knobs is not None else None
-        value = AS_WRITTEN if initial is None else _text(initial)
+        value = AS_WRITTEN if initial is None else value_text(initial)
         if value not in options:
             options.append(value)
         control = widgets.Dropdown(
@@ -241,7 +224,7 @@ class Panel:
             style={"description_width": "130px"},
             layout=widgets.Layout(width="300px"),
         )
-        control.observe(lambda _: setattr(self.help, "value", _help_html(name)), names="value")
+        control.observe(lambda _: setattr(self.help, "value", help_html(name)), names="value")
         return control
 
     def _with_reason(self, name: str) -> widgets.Widget:
@@ -285,7 +268,7 @@ class Panel:
         baseline = self.baseline_knobs is None or knobs == self.baseline_knobs
         if self.baseline_knobs is None:
             self.baseline_knobs = knobs
-        self.view = _PanelView(self.chart)
+        self.view = _PanelView(self.chart, current_request())
         self._set_running(True, knobs)
         self.library.widget.layout.display = None
         self.thread = threading.Thread(
@@ -318,28 +301,33 @@ class Panel:
     def _train(self, knobs: Knobs, baseline: bool, view: _PanelView) -> None:
         from speedlab.notebook.entry import one_run, profile
 
-        try:
-            plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
-            with self.library.capture():
-                sweep = profile(
-                    self.train_fn, view=view, store=self.store, show_error=self._show_error, **plan
+        with replies_to(view.request):  # the run's widget updates reply to what started it
+            try:
+                plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
+                with self.library.capture():
+                    sweep = profile(
+                        self.train_fn,
+                        view=view,
+                        store=self.store,
+                        show_error=self._show_error,
+                        **plan,
+                    )
+                self.runs += [
+                    PanelRun(self._judged(r), baseline, view.stop_requested) for r in sweep.runs
+                ]
+                # The sweep's findings hold its best run's own: each is shown once.
+                self.findings = unique_findings(
+                    [*sweep.diagnosis, *(f for r in sweep.runs for f in r.diagnosis)]
                 )
-            self.runs += [
-                PanelRun(self._judged(r), baseline, view.stop_requested) for r in sweep.runs
-            ]
-            # The sweep's findings hold its best run's own: each is shown once.
-            self.findings = unique_findings(
-                [*sweep.diagnosis, *(f for r in sweep.runs for f in r.diagnosis)]
-            )
-            self.diagnosis.value = _findings_html(self.findings)
-        except Exception as err:  # the thread must not die with the buttons disabled
-            self._show_error(err)
-        finally:
-            session.remember(self.sweep)
-            self.table.value = self.table_html()
-            self._set_running(False, knobs)
-            if self.handle is not None:  # a saved notebook keeps the latest results
-                self.handle.update(self._repr_mimebundle_(), raw=True)
+                self.diagnosis.value = _findings_html(self.findings)
+            except Exception as err:  # the thread must not die with the buttons disabled
+                self._show_error(err)
+            finally:
+                session.remember(self.sweep)
+                self.table.value = self.table_html()
+                self._set_running(False, knobs)
+                if self.handle is not None:  # a saved notebook keeps the latest results
+                    self.handle.update(self._repr_mimebundle_(), raw=True)
 
     def _show_error(self, err: BaseException) -> None:
         from speedlab.run.sweep import user_traceback
@@ -432,6 +420,15 @@ class Panel:
             f" &middot; {html.escape(self.name)}" if self.name else ""
         )
 
+    def _hide_static_css(self) -> str:
+        """CSS, drawn with the widgets, that hides this panel's static copy and its output
+        area (JupyterLab and Notebook 7, nbclassic): shown only where the widgets are not."""
+        mine = f".{self.static_class}"
+        return (
+            f"<style>{mine}, .jp-OutputArea-child:has(> .jp-OutputArea-output > {mine}), "
+            f".output_area:has(> .output_subarea > {mine}) {{display: none}}</style>"
+        )
+
     def static_html(self) -> str:
         """The results so far, for front ends that do not show widgets (exports, viewers)."""
         parts = [
@@ -440,7 +437,8 @@ class Panel:
             self.table_html() or "No runs yet.",
             _findings_html(self.findings),
         ]
-        return "".join(f"<div>{part}</div>" for part in parts)
+        inner = "".join(f"<div>{part}</div>" for part in parts)
+        return f'<div class="{self.static_class}">{inner}</div>'
 
     def static_text(self) -> str:
         """The results so far as plain text."""
@@ -452,35 +450,26 @@ class Panel:
         return "\n\n".join(parts)
 
     def _repr_mimebundle_(self, **_: Any) -> dict[str, Any]:
-        """The live widgets, and beside them the static results for front ends without any."""
-        bundle = self.widget._repr_mimebundle_()
-        bundle.update({"text/plain": self.static_text(), "text/html": self.static_html()})
-        return bundle
+        """The static copy of the results so far, as HTML and plain text."""
+        return {"text/plain": self.static_text(), "text/html": self.static_html()}
 
     def _ipython_display_(self) -> None:
-        """Show the panel; its output is updated as runs end, so a saved notebook keeps them."""
+        """Show the widgets, then the static copy in an output of its own, updated as runs end
+        so that a saved notebook keeps them."""
         from IPython.display import display
 
+        # No plain text of the widgets (an export without their state shows it instead of the
+        # view), but an empty one: an export warns of an output that has no format it can show.
+        view = {WIDGET_VIEW: self.widget._repr_mimebundle_()[WIDGET_VIEW], "text/plain": ""}
+        display(view, raw=True)
         self.handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
         self.library.attach(current_request())
-
-
-def _text(value: Any) -> str:
-    """A knob value as the controls write it (``True`` -> ``on``)."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
-def _help_html(name: str) -> str:
-    return f'<div style="max-width:620px"><small>{html.escape(explain(name))}</small></div>'
 
 
 def _findings_html(findings: list[Any]) -> str:
     if not findings:
         return ""
-    items = "".join(f"<li>{html.escape(str(f))}</li>" for f in findings)
-    return f"<b>Diagnosis</b><ul>{items}</ul>"
+    return f"<b>Diagnosis</b>{findings_list_html(findings)}"
 
 
 def show_panel(

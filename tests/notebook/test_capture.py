@@ -1,6 +1,7 @@
 """ThreadOutput: in a real kernel, a thread's output is sent as replies to the request that showed
 the section, and the section claims that request; front ends route by exactly these two (the
-browser tests check that they do)."""
+browser tests check that they do). replies_to: a thread's widget messages reply to the request
+it names, not to a cell run meanwhile."""
 
 from __future__ import annotations
 
@@ -11,6 +12,27 @@ import pytest
 
 from speedlab.notebook.capture import ThreadOutput
 
+# Two threads update a widget each until told to stop: one names the request of the cell that
+# started them, the other names none (a widget type each, to tell their messages apart).
+UPDATERS = """\
+import threading
+from contextvars import ContextVar
+import ipywidgets as widgets
+from speedlab.notebook.capture import current_request, replies_to
+
+kernel_parent = getattr(get_ipython().kernel, "_shell_parent", None)
+print("per-thread kernel parent:", isinstance(kernel_parent, ContextVar))
+stop = threading.Event()
+
+def update(widget, request):
+    with replies_to(request):
+        while not stop.wait(0.02):
+            widget.value += 1
+
+started_by = current_request()
+threading.Thread(target=update, args=(widgets.IntText(), started_by)).start()
+threading.Thread(target=update, args=(widgets.FloatText(), None)).start()
+"""
 SHOW = """\
 import threading, warnings
 from IPython.display import display
@@ -48,8 +70,10 @@ def kernel() -> Iterator[object]:
     manager.shutdown_kernel(now=True)
 
 
-def execute(client, code: str) -> tuple[str, list[dict]]:
-    """Run ``code``; its request's id and every iopub message up to its end (and just after)."""
+def execute(client, code: str, *, then_s: float = 0.5) -> tuple[str, list[dict]]:
+    """Run ``code``; its request's id and every iopub message up to its end, and those that
+    follow it until none has come for ``then_s`` (a thread's last output may follow the cell's
+    end; 0: none)."""
     request = client.execute(code)
     messages = []
     while True:
@@ -61,11 +85,12 @@ def execute(client, code: str) -> tuple[str, list[dict]]:
             and message["content"]["execution_state"] == "idle"
         ):
             break
-    while True:  # a thread's last output may follow the cell's end
+    while then_s:
         try:
-            messages.append(client.get_iopub_msg(timeout=0.5))
+            messages.append(client.get_iopub_msg(timeout=then_s))
         except queue.Empty:
-            return request, messages
+            break
+    return request, messages
 
 
 def texts(messages: list[dict], parent: str) -> str:
@@ -89,6 +114,33 @@ def claims(messages: list[dict]) -> list[str]:
         for m in messages
         if m["msg_type"] == "comm_msg" and "msg_id" in m["content"]["data"].get("state", {})
     ]
+
+
+def updates_by_model(messages: list[dict]) -> dict[str, list[str]]:
+    """For each widget model opened in ``messages``, the parents of its value updates."""
+    models = {
+        m["content"]["comm_id"]: m["content"]["data"]["state"]["_model_name"]
+        for m in messages
+        if m["msg_type"] == "comm_open"
+    }
+    parents: dict[str, list[str]] = {name: [] for name in models.values()}
+    for m in messages:
+        if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {}):
+            parents[models[m["content"]["comm_id"]]].append(m["parent_header"].get("msg_id"))
+    return parents
+
+
+def test_a_threads_widget_messages_reply_to_the_request_it_names(kernel) -> None:
+    started, first = execute(kernel, UPDATERS, then_s=0)
+    meanwhile, second = execute(kernel, "import time\ntime.sleep(0.5)\n21 * 2", then_s=0)
+    _, last = execute(kernel, "stop.set()")
+    if "per-thread kernel parent: True" not in texts(first, started):
+        pytest.skip("this ipykernel keeps one kernel parent for all threads (before 7.4)")
+    parents = updates_by_model(first + second + last)
+    named, unnamed = parents["IntTextModel"], parents["FloatTextModel"]
+    assert len(named) > 5 and set(named) == {started}
+    # Without a name, updates sent while the other cell ran replied to it: what is fixed here.
+    assert meanwhile in unnamed
 
 
 @pytest.mark.slow

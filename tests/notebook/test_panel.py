@@ -17,11 +17,13 @@ import psutil
 import pytest
 import torch
 from IPython.core.error import UsageError
+from IPython.display import display
+from IPython.utils.capture import capture_output
 
 import speedlab
 from speedlab.analysis.compare import compare
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
-from speedlab.notebook.panel import Panel, hardware_limits
+from speedlab.notebook.panel import WIDGET_VIEW, Panel, hardware_limits
 from speedlab.notebook.tables import verdict_text
 from speedlab.results.knobs import KNOBS, Knobs, explain
 from speedlab.run.intercept import RunControls
@@ -160,19 +162,32 @@ def test_magics_show_the_panel_for_the_cell(shell, capsys) -> None:
     assert spec.plan[0] == Knobs(workers=2) and spec.controls.steps == 20
 
 
-def test_beside_the_widgets_the_panel_shows_a_static_copy_of_its_results() -> None:
+def test_under_the_widgets_the_panel_shows_a_static_copy_of_its_results(shell) -> None:
+    """The copy is an output of its own, updated as a run ends; the widgets hide it where they
+    are drawn, and their output has no text to show where they are not."""
     panel = Panel(train_fn(), controls=RunControls(steps=12, warmup=2), store=False)
-    bundle = panel._repr_mimebundle_()
-    view = bundle["application/vnd.jupyter.widget-view+json"]
-    assert view["model_id"] == panel.widget.model_id
-    assert "No runs yet." in bundle["text/plain"] and "No runs yet." in bundle["text/html"]
-    panel.run().join()
-    bundle = panel._repr_mimebundle_()
+    with capture_output() as shown:
+        display(panel)
+    view, static = shown.outputs
+    assert set(view.data) == {WIDGET_VIEW, "text/plain"} and view.data["text/plain"] == ""
+    assert view.data[WIDGET_VIEW]["model_id"] == panel.widget.model_id
+    assert static.data == panel._repr_mimebundle_()
+    assert static.data["text/html"].startswith(f'<div class="{panel.static_class}">')
+    assert all("No runs yet." in text for text in static.data.values())
+    hide = f"<style>.{panel.static_class}, "
+    assert [t for t in texts(panel.widget) if hide in t] == [panel.widget.children[0].value]
+    with capture_output() as updated:
+        panel.run().join()
+    [update] = [o for o in updated.outputs if o.update]
+    assert update.transient == static.transient  # the same display: the copy is replaced
+    bundle = update.data
+    assert bundle == panel._repr_mimebundle_()
     assert bundle["text/html"].count("<tr>") == 2  # the header and the run
     assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x", bundle["text/plain"])
     for finding in panel.findings:
         assert str(finding) in bundle["text/plain"]
-        assert html.escape(str(finding)) in bundle["text/html"]
+        assert html.escape(finding.title) in bundle["text/html"]
+        assert html.escape(finding.details) in bundle["text/html"]
 
 
 EXPORTED = [
@@ -195,31 +210,40 @@ panel = show_panel(train, controls=RunControls(steps=20))
 
 
 @pytest.mark.slow
-def test_an_nbconvert_export_shows_the_panels_results_in_html_and_plain_text(
+def test_an_nbconvert_export_shows_the_panels_results_with_and_without_the_widgets_state(
     tmp_path: Path,
 ) -> None:
-    """A notebook viewer or a grader's export draws no widgets: it shows the panel's static copy,
-    updated as each run ended (here nbconvert runs the notebook, as a grader's export does)."""
+    """nbconvert runs the notebook as a grader's export does, storing the widgets' state, and its
+    HTML then shows the widget output as the widgets alone; a notebook saved by JupyterLab has no
+    state, and its HTML shows that output's plain text, empty. In both the panel's static copy,
+    updated as the run ended, shows the results (tests/browser/test_export.py opens them)."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in EXPORTED])
     nbformat.write(notebook, tmp_path / "panel.ipynb")
     jupyter = [str(Path(sys.executable).parent / "jupyter"), "nbconvert"]
-    execute = ["--to", "notebook", "--execute", "--output", "run.ipynb"]
-    widgetless = "--ExecutePreprocessor.store_widget_state=False"  # as a viewer sees it
-    for args in ([*execute, widgetless, "panel.ipynb"], ["--to", "html", "run.ipynb"]):
-        done = subprocess.run(
-            [*jupyter, *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    [output] = nbformat.read(tmp_path / "run.ipynb", as_version=4).cells[1].outputs
-    text = output.data["text/plain"]
+    execute = ["--to", "notebook", "--execute", "--output", "run.ipynb", "panel.ipynb"]
+    run = subprocess.run([*jupyter, *execute], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    notebook = nbformat.read(tmp_path / "run.ipynb", as_version=4)
+    view, static = notebook.cells[1].outputs
+    state = notebook.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    assert view.data["text/plain"] == "" and view.data[WIDGET_VIEW]["model_id"] in state
+    text = static.data["text/plain"]
     assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +- +±[\d.]+% .* 20 +ok\n", text), text
     assert "Diagnosis:\n- [" in text
-    page = (tmp_path / "run.html").read_text()
-    rows = re.findall(r"<tr>(.*?)</tr>", page.split('<table class="speedlab-table">')[1])
-    cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[1])
-    assert cells[:2] == ["1", "baseline"] and cells[-2:] == ["20", "ok"]
-    assert "<b>Diagnosis</b><ul><li>" in page
+    del notebook.metadata["widgets"]
+    nbformat.write(notebook, tmp_path / "saved.ipynb")
+
+    for name in ("run", "saved"):
+        export = ["--to", "html", "--no-prompt", f"{name}.ipynb"]
+        done = subprocess.run([*jupyter, *export], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "not able to be represented" not in done.stderr  # nbconvert's warning
+        page = (tmp_path / f"{name}.html").read_text()
+        page = re.sub(r"<script.*?</script>", "", page, flags=re.DOTALL)  # the widgets' state
+        rows = re.findall(r"<tr>(.*?)</tr>", page.split('<table class="speedlab-table">')[1])
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[1])
+        assert cells[:2] == ["1", "baseline"] and cells[-2:] == ["20", "ok"], name
+        assert "<b>Diagnosis</b><ul><li>" in page, name
 
 
 def test_a_panel_run_is_stored_and_loads_back(tmp_path: Path) -> None:
