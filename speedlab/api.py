@@ -40,6 +40,7 @@ def profile_train(
     repeat: int = 1,
     name: str | None = None,
     live: bool = True,
+    predict: bool = False,
     store: str | Path | bool | None = None,
 ) -> SweepResult:
     """Profile ordinary Lightning training under each combination of knob values.
@@ -57,6 +58,10 @@ def profile_train(
         repeat: run each combination this many times; figures are medians.
         name: a label stored with the sweep.
         live: show a live view while training.
+        predict: before each run after the baseline, ask the learner's guess of its speedup
+            (faster, same, slower or a number), shown beside speedlab's own prediction and
+            kept as ``run.guess``. Where no one can answer (a notebook run by nbconvert, a
+            script without a terminal) the questions are skipped, once said.
         store: the run store path; ``None`` for the default (``$SPEEDLAB_STORE`` or
             ``.speedlab/runs.sqlite``), ``False`` to store nothing. Each run is stored as it
             ends and the whole sweep when it ends: ``speedlab.load(sweep_id)`` gives it back.
@@ -91,6 +96,7 @@ def profile_train(
         repeat=repeat,
         name=name,
         live=live,
+        predict=predict,
         store=store,
     )
 

@@ -83,6 +83,7 @@ def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
         ({"precision": ["32-true", "12"]}, "--precision 12: not allowed. Expected one of"),
         ({"steps": 0}, "--steps 0: not allowed. Expected an integer >= 1."),
         ({"repeat": 0}, "--repeat 0: not allowed. Expected an integer >= 1."),
+        ({"predict": "yes"}, "--predict yes: not allowed. Expected True or False."),
     ],
 )
 def test_a_bad_keyword_is_refused_in_one_line_before_anything_runs(options, message) -> None:

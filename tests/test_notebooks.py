@@ -114,7 +114,9 @@ def sweep_probe(name: str) -> str:
     """Probe code for the figures ``assert_verdicts`` reads of the sweep ``name``."""
     return (
         f"'{name}_rates': [r.samples_per_s for r in {name}.runs], "
-        f"'{name}_verdicts': speedlab.verdicts({name})"
+        f"'{name}_verdicts': speedlab.verdicts({name}), "
+        f"'{name}_predicted': [(r.prediction.text(), r.prediction.made) "
+        f"for r in {name}.runs[1:] if r.prediction is not None]"
     )
 
 
@@ -204,7 +206,34 @@ def assert_verdicts(f: dict, name: str) -> list[str]:
         assert speedup == pytest.approx(rate / rates[0], abs=0.006), line
         assert (verdict != "faster" or speedup > 1) and (verdict != "slower" or speedup < 1), line
         found.append(verdict)
+    assert_predictions(f, name)
     return found
+
+
+PREDICT_SKIPPED = "--predict: no one to ask here (the notebook runs without input)"
+
+
+def assert_predictions(f: dict, name: str) -> None:
+    """Each printed verdict of a sweep whose runs were predicted (issue 26) shows speedlab's
+    prediction beside that run's measured speedup, or why it made none, and no guess: a lesson
+    run without anyone to answer (as here) asks none."""
+    predicted = f[f"{name}_predicted"]
+    if not predicted:
+        return
+    lines, rates = f[f"{name}_verdicts"], f[f"{name}_rates"]
+    for line, rate, (text, made) in zip(lines, rates[1:], predicted, strict=True):
+        measured = f"measured {rate / rates[0]:.2f}x"
+        if made:
+            assert f"redicted {text}, {measured}" in line, line  # held, or far off and why
+        else:
+            assert "No prediction: " in line and measured not in line, line
+        assert "Your guess" not in line
+
+
+def assert_asked_once(f: dict) -> None:
+    """The lesson's main sweep asks for predictions (``--predict``); run without anyone to
+    answer, it said so once, and never waited."""
+    assert f["printed"].count(PREDICT_SKIPPED) == 1
 
 
 @lesson(
@@ -247,6 +276,7 @@ def _where(f: dict) -> None:
     assert one < 0.010 and two < none / 2 + 0.002
     assert f["workers_seen"] == [0, 1]
     assert_verdicts(f, "arith")
+    assert_asked_once(f)
 
 
 @lesson(
@@ -262,6 +292,7 @@ def _where(f: dict) -> None:
 )
 def _workers(f: dict) -> None:
     assert_verdicts(f, "sweep")
+    assert_asked_once(f)
     grew = f["batch"][-1] / f["batch"][0] - 1  # the sentence the lesson prints for this case
     said = f"grew {grew:.0%}: they decode" if grew > 0.2 else f"changed {grew:+.0%}: on"
     assert f"With 2 workers batch_time {said}" in f["printed"]
@@ -311,6 +342,7 @@ def _io(f: dict) -> None:
 )
 def _precision(f: dict) -> None:
     assert_verdicts(f, "prec")
+    assert_asked_once(f)
     verdicts = assert_verdicts(f, "mm")
     _, amp, fp16 = f["notes"]
     assert any("precision=amp ran as " in n for n in amp)  # the notes say what amp turned into

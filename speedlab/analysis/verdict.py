@@ -19,6 +19,7 @@ from speedlab.analysis.payback import (
     pays_back,
     up_front_of,
 )
+from speedlab.analysis.predict import prediction_said
 from speedlab.analysis.scaling import scaling, scaling_notes
 from speedlab.analysis.traps import notebook_traps
 from speedlab.results.comparison import Verdict
@@ -58,7 +59,8 @@ def _moved(name: str, before: float, after: float) -> str:
 def verdicts(sweep: SweepResult) -> list[str]:
     """One sentence per run after the baseline: its speedup and verdict against the baseline
     (its stored comparison: faster, slower, within noise or too few to tell) and how data_time
-    and batch_time moved, the two parts that explain it. Lessons print these, so that what they
+    and batch_time moved, the two parts that explain it, and what became of speedlab's
+    prediction for it (``prediction_said``). Lessons print these, so that what they
     say about a result is that run's own figures."""
     base, lines = sweep.baseline, []
     for run in sweep.runs[1:]:
@@ -66,7 +68,11 @@ def verdicts(sweep: SweepResult) -> list[str]:
             lines.append(f"{run.label(base)}: failed: {run.error}")
             continue
         moves = (_moved(name, getattr(base, name), getattr(run, name)) for name in _PARTS)
-        lines.append(f"{run.label(base)}: {run.comparison}; {', '.join(moves)}.")
+        predicted = prediction_said(run)
+        lines.append(
+            f"{run.label(base)}: {run.comparison}; {', '.join(moves)}."
+            + (f" {predicted}" if predicted else "")
+        )
     return lines
 
 

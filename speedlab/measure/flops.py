@@ -7,14 +7,16 @@ figure. It never counts around a compiled module: the counter would run inside c
 dynamo traced, and could make it compile again. An op that does arithmetic but has no formula
 (an RNN kernel, say) leaves the count unknown, with the op named, rather than too low.
 
-The peak is the device's (``Device.peak_flops``): a CPU's is measured here by a matmul in the
-run's precision (``matmul_peak``); a GPU's comes from a table of dense peaks.
+The peak is the device's (``Device.peak_flops``, in a run's precision and matmul level:
+``peak_of``): a CPU's is measured here by a matmul in the run's precision (``matmul_peak``); a
+GPU's comes from a table of dense peaks.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -71,6 +73,8 @@ _GPU_NAMES = {
     "T4": r"\bT4\b",
     "V100": r"\bV100",
 }
+"""Each model's pattern, in ``torch.cuda.get_device_name()`` upper-cased (the SXM H100 says
+so by its memory, "HBM3"); an A10G or an L40 matches none."""
 
 
 def precision_dtype(precision: str) -> Any:
@@ -98,7 +102,8 @@ class FlopWatch:
     """Counts the FLOPs of step ``step`` (a warm-up step's index; None counts nothing).
 
     ``enter(step)`` and ``exit()`` go around a step's forward/backward/optimizer span, as
-    ``SyncWatch``'s do; ``exit`` is safe to call when nothing is counted.
+    ``SyncWatch``'s do; ``exit`` is safe to call when nothing is counted. ``counted`` may be
+    read from another thread while training runs.
     """
 
     def __init__(self, step: int | None) -> None:
@@ -123,8 +128,16 @@ class FlopWatch:
         counter, unformulated = modes
         unformulated.__exit__(None, None, None)
         counter.__exit__(None, None, None)
-        self.per_step = int(counter.get_total_flops())
         self.uncounted = sorted(unformulated.ops)
+        self.per_step = int(counter.get_total_flops())  # last: see ``counted``
+
+    @property
+    def counted(self) -> int | None:
+        """The step's FLOPs once counted, where every op in it had a formula; else None. A
+        plain read: ``exit`` sets ``per_step`` after ``uncounted``, so a reader that sees the
+        count sees its ops too."""
+        per_step = self.per_step
+        return per_step if per_step and not self.uncounted else None
 
     def result(self) -> dict[str, Any]:
         """``{"per_step": FLOPs, "step": its index, "uncounted": [ops]}``; empty when no step
@@ -155,10 +168,6 @@ def _unformulated() -> type:
     return Unformulated
 
 
-"""Each model's pattern, in ``torch.cuda.get_device_name()`` upper-cased (the SXM H100 says
-so by its memory, "HBM3"); an A10G or an L40 matches none."""
-
-
 def gpu_peak(device_name: str, dtype: str) -> tuple[float | None, str]:
     """``GPU_PEAKS``' figure for a GPU named ``device_name`` (as CUDA names it) computing in
     ``dtype``, and where it comes from; None, with the reason, where the table has none."""
@@ -170,6 +179,16 @@ def gpu_peak(device_name: str, dtype: str) -> tuple[float | None, str]:
     if peak is None:
         return None, f"the {model} has no {dtype} peak in speedlab's table (no such unit)"
     return peak, f"the {model}'s dense {dtype} peak (NVIDIA's data sheet)"
+
+
+def peak_of(device: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"peak": FLOP/s or None, "peak_source": words}`` of ``device`` (a
+    ``speedlab.measure.devices.Device``) in a run's ``precision`` and ``matmul`` level, as its
+    ``settings`` (``RunResult.workload``) record them: the one reading of a run's peak."""
+    peak, source = device.peak_flops(
+        settings.get("precision", ""), settings.get("matmul", "highest")
+    )
+    return {"peak": peak, "peak_source": source}
 
 
 @cache

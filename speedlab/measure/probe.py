@@ -17,8 +17,9 @@ device's own stamps, read a few steps later, replace the host's figures
 of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
 the loader, which the device's work may hide. Where the device can report them, a few warm-up
 spans also count the host syncs made in them (``speedlab.measure.syncs``), and the last
-warm-up step counts the step's FLOPs (``speedlab.measure.flops``). What differs by
-device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
+warm-up step counts the step's FLOPs (``speedlab.measure.flops``), against the device's peak
+taken at setup, before the first step. What differs by device, the probe asks of
+``speedlab.measure.devices.device_for(device type)``.
 
 The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
 """
@@ -35,7 +36,7 @@ from typing_extensions import override
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
 from speedlab.measure.devices.events import EventTimeline
-from speedlab.measure.flops import FlopWatch, is_compiled
+from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
@@ -77,6 +78,8 @@ class _SpeedProbeCore:
         self.sample_system = sample_system
         self.compiled = compiled
         self.records: dict[str, list] = empty_records()
+        self.peak: dict[str, Any] = {}  # the device's peak FLOP/s for this fit (setup)
+        self._flops = FlopWatch(None)
         self.sampler: SystemSampler | None = None
         self._result: RunResult | None = None
         self._profiler: Any = None
@@ -233,18 +236,52 @@ class _SpeedProbeCore:
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
+        import torch
+
         self.distributed.one_thread_if_forked(trainer)
+        self._settings = {
+            "precision": str(getattr(trainer, "precision", "")),
+            "matmul": torch.get_float32_matmul_precision(),
+        }
+        self.peak = self._peak_before_training(trainer, pl_module)
         self._reset(trainer, pl_module)
         self._attach_profiler(trainer)
         if self.sample_system:
             self.sampler = SystemSampler()
             self.sampler.start()
 
+    def _peak_before_training(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
+        """The device's peak FLOP/s in this fit's precision and matmul level (``peak_of``),
+        taken here, before the fit's clock and its first step: a CPU's is measured by a matmul
+        (once a process), which mid-fit would take the cores it measures from the training and
+        slow both, and the live view's MFU needs it from the first counted step on. Empty where
+        no step will be counted, and in a rank process (the process that launched it reads the
+        peak after the fit)."""
+        if self.distributed.in_child or self._counted_step(pl_module) is None:
+            return {}
+        return peak_of(device_for(trainer.strategy.root_device.type), self._settings)
+
+    def _counted_step(self, pl_module: Any) -> int | None:
+        """The step whose FLOPs are counted: the last warm-up step, which no figure counts;
+        None without warm-up or around a compiled module."""
+        if not self.warmup or self.compiled or is_compiled(pl_module):
+            return None
+        return self.warmup - 1
+
+    @property
+    def flops_per_sample(self) -> float | None:
+        """FLOPs a sample of the counted step, once it is counted and recorded; None before,
+        or where the count is unknown. Plain reads, for the live view's thread: no lock-step
+        with the training."""
+        watch, samples = self._flops, self.records["samples"]
+        per_step = watch.counted
+        if per_step is None or watch.step is None or watch.step >= len(samples):
+            return None
+        return per_step / samples[watch.step] if samples[watch.step] else None
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
             return
-        import torch
-
         self.phases[Phase.setup] = _perf() - self._t0 - self.phases[Phase.validation]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
@@ -252,8 +289,7 @@ class _SpeedProbeCore:
         self._workload = {
             **loader_facts(loaders),
             **plan,
-            "precision": str(getattr(trainer, "precision", "")),
-            "matmul": torch.get_float32_matmul_precision(),
+            **self._settings,
             "devices": int(getattr(trainer, "num_devices", 1) or 1),
         }
         self.device = str(pl_module.device.type)
@@ -262,8 +298,7 @@ class _SpeedProbeCore:
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
         self._syncs = device.sync_watch(self.warmup)
-        counted = self.warmup - 1 if self.warmup and not is_compiled(pl_module) else None
-        self._flops = FlopWatch(None if self._compiled else counted)  # the last warm-up step
+        self._flops = FlopWatch(self._counted_step(pl_module))
         self._watches = tuple(w for w in (self._syncs, self._flops) if w is not None)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from speedlab.notebook.guessing import Asker
 from speedlab.notebook.live import choose_view
 from speedlab.notebook.session import remember
-from speedlab.results.knobs import KNOBS, Knobs
+from speedlab.results.knobs import KNOBS, KnobError, Knobs
 from speedlab.results.sweep import SweepResult
 from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import SweepSpec, plan_sweep, print_user_traceback, run_sweep
@@ -52,6 +53,7 @@ def profile(
     train_fn: Callable[[], Any],
     *,
     live: bool = True,
+    predict: bool = False,
     store: str | Path | bool | None = None,
     view: LiveView | None = None,
     source: str | None = None,
@@ -64,6 +66,7 @@ def profile(
     Args:
         train_fn: a zero-argument callable with ordinary Lightning training.
         live: show this front end's live view (``choose_view``) while training.
+        predict: ask the learner's guess before each run after the baseline (``Asker``).
         store: the run store path; None for the default, False to store nothing.
         view: a live view of the caller's own (the panel's), in place of ``live``'s.
         source: the cell's text, whose hash is stored with the sweep.
@@ -71,6 +74,8 @@ def profile(
             traceback with IPython, the panel in its error area); default: printed to stderr.
         options: ``profile_train``'s knob, Trainer and run-control keywords.
     """
+    if not isinstance(predict, bool):
+        raise KnobError("predict", predict, "True or False")
     spec = plan(**options)
     sweep = run_sweep(
         train_fn,
@@ -79,6 +84,7 @@ def profile(
         store=store,
         source=source,
         show_error=show_error,
+        ask=Asker() if predict else None,
     )
     return remember(sweep)
 

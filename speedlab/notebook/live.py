@@ -12,18 +12,24 @@ and hands each ``Snapshot`` to the view's ``draw``.
 - ``TerminalView``: one line rewritten in place on a TTY (cleared properly before the next
   output), a summary line per finished run and the table at the end.
 
+Before each run after the baseline both show speedlab's prediction of it and the learner's
+guess, if any, in one labelled line (speedlab.notebook.guessing): the terminal as it is said,
+the notebook above the run's chart and summary, where it stays.
+
 ``choose_view`` is the one place that decides between notebook, terminal and silent output;
 tests force a frontend with ``set_frontend``.
 """
 
 from __future__ import annotations
 
+import html
 import shutil
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from speedlab.notebook.livechart import duration, live_html, ms, run_html
+from speedlab.notebook.guessing import said_line
+from speedlab.notebook.livechart import duration, live_html, mfu_shown, ms, run_html
 from speedlab.results.table import fmt
 from speedlab.run.watch import LiveView, Snapshot
 
@@ -63,6 +69,7 @@ def progress_line(s: Snapshot, label: str) -> str:
         f"{label}  {progress}",
         f"ETA {duration(s.eta)}",
         f"{fmt(s.samples_per_s, ',.0f')} samples/s",
+        *mfu_shown(s.mfu),
         f"data {ms(s.data_time)} batch {ms(s.batch_time)}",
         s.phase.replace("_", " "),
     ]
@@ -84,6 +91,10 @@ class TerminalView(LiveView):
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.live = _isatty(self.stream)
+
+    def predicted(self, label: str, prediction: Any, guess: Any) -> None:
+        self.stream.write(said_line(label, prediction, guess) + "\n")
+        self.stream.flush()
 
     def draw(self, state: Snapshot) -> None:
         width = shutil.get_terminal_size((100, 24)).columns - 1
@@ -134,19 +145,31 @@ class NotebookView(LiveView):
     ) -> None:
         self.publish = publish or DisplayHandle
         self.timeline = timeline
+        self.said: str | None = None  # said of the next run before it starts
+
+    def predicted(self, label: str, prediction: Any, guess: Any) -> None:
+        self.said = said_line(label, prediction, guess)
 
     def start_run(self, knobs: Any, attempt: int) -> None:
         super().start_run(knobs, attempt)
-        self.handle = self.publish(_bundle(f"<code>{self.label}: starting</code>", self.label))
+        self.before, self.said = self.said, None
+        self.handle = self.publish(self._bundle(f"<code>{self.label}: starting</code>", self.label))
+
+    def _bundle(self, html_text: str, text: str) -> dict[str, str]:
+        """The run's output, under what was said of it before it started."""
+        if self.before is None:
+            return _bundle(html_text, text)
+        said = f'<div class="speedlab-said">{html.escape(self.before)}</div>'
+        return _bundle(said + html_text, f"{self.before}\n{text}")
 
     def draw(self, state: Snapshot) -> None:
         text = progress_line(state, self.label)
-        self.handle.update(_bundle(live_html(state, self.label, self.frame), text))
+        self.handle.update(self._bundle(live_html(state, self.label, self.frame), text))
 
     def end_run(self, result: Any) -> None:
         png = _timeline_png(result) if self.timeline and result.steps else None
         text = f"{self.label}: {result.summary_line()}"
-        self.handle.update(_bundle(run_html(result, self.label, timeline_png=png), text))
+        self.handle.update(self._bundle(run_html(result, self.label, timeline_png=png), text))
 
     def end_sweep(self, sweep: Any) -> None:
         if len(sweep.runs) > 1 and any(run.steps for run in sweep.runs):

@@ -1,8 +1,8 @@
 """HTML and inline SVG for the notebook live view and the panel: cheap to build, no matplotlib.
 
-A frame is one string: a header (progress, ETA, samples/s, phase, CPU, RSS) over a stacked bar
-chart of data_time and batch_time per step. Each series is a single SVG ``<path>``, so a frame
-of 120 steps is a few kilobytes and takes well under a millisecond to build. Text uses
+A frame is one string: a header (progress, ETA, samples/s, MFU, phase, CPU, RSS) over a
+stacked bar chart of data_time and batch_time per step. Each series is a single SVG ``<path>``,
+so a frame of 120 steps is a few kilobytes and takes well under a millisecond to build. Text uses
 ``currentColor``, so the chart follows the notebook's light or dark theme.
 """
 
@@ -53,6 +53,11 @@ def duration(seconds: float | None) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def mfu_shown(share: float | None) -> list[str]:
+    """``0.046`` -> ``['MFU 4.6%']``, as the table rounds it; nothing while it is unknown."""
+    return [] if share is None else [f"MFU {share:.1%}"]
 
 
 def megabytes(n: float | None) -> str:
@@ -183,7 +188,8 @@ def live_html(s: Snapshot, label: str, frame: int) -> str:
         + (f" of {duration(s.time_limit)}" if s.time_limit else "")
         + " &middot; "
         f"ETA {duration(s.eta)}",
-        f"{rate} &middot; data {ms(s.data_time)} &middot; batch {ms(s.batch_time)}"
+        " &middot; ".join([rate, *mfu_shown(s.mfu)])
+        + f" &middot; data {ms(s.data_time)} &middot; batch {ms(s.batch_time)}"
         + (f" &middot; {' &middot; '.join(system)}" if system else ""),
     ]
     chart = bars_svg(s.data_window, s.batch_window, first_step=s.first_step, slots=s.slots)

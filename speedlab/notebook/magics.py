@@ -59,6 +59,12 @@ class SpeedlabMagics(Magics):
     @argument("--name", help="A label stored with the sweep.")
     @argument("--no-live", action="store_true", help="No live view while training.")
     @argument(
+        "--predict",
+        action="store_true",
+        help="Before each run after the baseline, ask for your guess of it (faster, same, "
+        "slower or a speedup such as 2), shown beside speedlab's prediction.",
+    )
+    @argument(
         "--panel",
         action="store_true",
         help="Show the widget panel for this cell instead of running a sweep.",
@@ -82,7 +88,8 @@ class SpeedlabMagics(Magics):
         Each option is a keyword of ``speedlab.profile_train`` (``--batch-size 32,64`` is
         ``batch_size=[32, 64]``, ``--no-live`` is ``live=False``), and the cell runs the same
         way as that call would; ``-o``, ``--panel`` and ``--autotune`` say what this cell does
-        with it. ``%speedlab history`` gives each stored sweep's number and ``%speedlab load N``
+        with it. ``--predict`` asks for your guess of each run after the baseline before it
+        runs (a notebook run without input, as nbconvert runs it, skips the questions). ``%speedlab history`` gives each stored sweep's number and ``%speedlab load N``
         shows it again.
 
         Example::
@@ -104,7 +111,12 @@ class SpeedlabMagics(Magics):
             )
         try:
             options = sweep_options(args)
-            live = options.pop("live")
+            live, predict = options.pop("live"), options.pop("predict")
+            if predict and args.autotune:
+                raise UsageError(
+                    "--predict: not with --autotune, which picks each run from the last one's "
+                    "result: there is no plan to guess ahead of."
+                )
             spec = plan(**options)
             start = _autotune_start(options) if args.autotune else {}
         except KnobError as err:  # refused in one line, before anything runs
@@ -126,7 +138,9 @@ class SpeedlabMagics(Magics):
         if args.autotune:
             sweep = _autotune(train, options, start, live=live)
         else:
-            sweep = profile(train, live=live, source=cell, show_error=show_error, **options)
+            sweep = profile(
+                train, live=live, predict=predict, source=cell, show_error=show_error, **options
+            )
         if args.output:
             return sweep
         from IPython.display import display

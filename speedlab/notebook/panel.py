@@ -45,6 +45,7 @@ import ipywidgets as widgets
 
 from speedlab.analysis.compare import compare
 from speedlab.analysis.findings import unique_findings
+from speedlab.analysis.predict import guess_text, predicted_text
 from speedlab.notebook import session
 from speedlab.notebook.capture import ThreadOutput, current_request, replies_to
 from speedlab.notebook.controls import (
@@ -56,9 +57,11 @@ from speedlab.notebook.controls import (
     value_text,
 )
 from speedlab.notebook.diagnosis import findings_list_html
+from speedlab.notebook.guessing import NOTHING_SAID, guess_field, said_before, typed_guess
 from speedlab.notebook.live import NotebookView
 from speedlab.notebook.tables import verdict_text
 from speedlab.results.knobs import KNOBS, KnobError, Knobs, explain
+from speedlab.results.prediction import GuessError
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.table import Table, fmt
@@ -164,6 +167,7 @@ class Panel:
             tooltip="Training steps per run; 0 runs as long as the cell says.",
             layout=widgets.Layout(width="180px"),
         )
+        self.guess = guess_field()
         self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
         self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
         self.repeat_button = widgets.Button(
@@ -196,7 +200,9 @@ class Panel:
                     layout=widgets.Layout(grid_template_columns="repeat(2, 1fr)"),
                 ),
                 self.help,
-                widgets.HBox([self.steps, self.run_button, self.stop_button, self.repeat_button]),
+                widgets.HBox(
+                    [self.steps, self.guess, self.run_button, self.stop_button, self.repeat_button]
+                ),
                 self.status,
                 self.chart,
                 self.table,
@@ -262,7 +268,8 @@ class Panel:
             return None
         try:
             knobs = self.chosen_knobs() if knobs is None else knobs
-        except KnobError as err:
+            guess = typed_guess(self.guess)
+        except (KnobError, GuessError) as err:
             self.status.value = f"<b>Not run:</b> {html.escape(str(err))}"
             return None
         baseline = self.baseline_knobs is None or knobs == self.baseline_knobs
@@ -273,7 +280,7 @@ class Panel:
         self.library.widget.layout.display = None
         self.thread = threading.Thread(
             target=self._train,
-            args=(knobs, baseline, self.view),
+            args=(knobs, baseline, self.view, guess),
             name="speedlab-panel",
             daemon=True,
         )
@@ -298,12 +305,13 @@ class Panel:
             self.thread.join(timeout)
         return not self.running
 
-    def _train(self, knobs: Knobs, baseline: bool, view: _PanelView) -> None:
+    def _train(self, knobs: Knobs, baseline: bool, view: _PanelView, guess: Any) -> None:
         from speedlab.notebook.entry import one_run, profile
 
         with replies_to(view.request):  # the run's widget updates reply to what started it
             try:
                 plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
+                said = NOTHING_SAID if baseline else said_before(self.runs, knobs, guess, view)
                 with self.library.capture():
                     sweep = profile(
                         self.train_fn,
@@ -313,7 +321,8 @@ class Panel:
                         **plan,
                     )
                 self.runs += [
-                    PanelRun(self._judged(r), baseline, view.stop_requested) for r in sweep.runs
+                    PanelRun(self._judged(said.kept(r)), baseline, view.stop_requested)
+                    for r in sweep.runs
                 ]
                 # The sweep's findings hold its best run's own: each is shown once.
                 self.findings = unique_findings(
@@ -339,6 +348,7 @@ class Panel:
         shown = " ".join(f"{k}={v}" for k, v in knobs.as_dict().items()) or "knobs as written"
         self.run_button.disabled = running
         self.repeat_button.disabled = running or self.baseline_knobs is None
+        self.guess.disabled = self.repeat_button.disabled  # a guess needs a baseline
         self.stop_button.disabled = not running
         for name, control in self.controls.items():
             control.disabled = running or WHOLE in self.limits.get(name, {})
@@ -383,6 +393,8 @@ class Panel:
                     fmt(r.samples_per_s, ",.1f"),
                     fmt(r.speedup, ".2f", suffix="x"),
                     verdict_text(r, first),
+                    predicted_text(r) or "-",
+                    guess_text(r) or "-",
                     f"±{noise:.1%}" if math.isfinite(noise) else "-",
                     fmt(r.data_time, ".2f", scale=1e3),
                     fmt(r.batch_time, ".2f", scale=1e3),
@@ -391,8 +403,8 @@ class Panel:
                     status,
                 ]
             )
-        columns = ["#", "run", "samples/s", "speedup", "vs baseline", "noise"]
-        columns += ["data_time ms", "batch_time ms", "data share", "steps", "status"]
+        columns = ["#", "run", "samples/s", "speedup", "vs baseline", "predicted", "your guess"]
+        columns += ["noise", "data_time ms", "batch_time ms", "data share", "steps", "status"]
         return Table(columns, rows)
 
     def table_html(self) -> str:

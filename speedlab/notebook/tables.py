@@ -7,6 +7,7 @@ its sweep was judged: its comparison with the baseline and its break-even figure
 from __future__ import annotations
 
 from speedlab.analysis.payback import break_even_notes
+from speedlab.analysis.predict import guess_text, predicted_text, prediction_gap
 from speedlab.measure.ranks import slowest_rank
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -20,6 +21,10 @@ SWEEP_COLUMNS = {
     "speedup": "samples/s over the baseline's",
     "vs baseline": "faster or slower beyond the noise of both runs; else within noise or too "
     "few to tell, with the reason",
+    "predicted": "speedlab's prediction of the speedup, made before the run from the "
+    "baseline's split of a step (a prediction, not a measurement); none where the split cannot "
+    "predict the knob",
+    "your guess": "the learner's guess, said before the run (--predict), and whether it held",
     "data_time ms": "average time a steady step waited for its batch, over whole rounds of the "
     "DataLoader workers",
     "batch_time ms": "the rest of a steady step: forward, backward, optimizer, and the loop's "
@@ -33,7 +38,7 @@ SWEEP_COLUMNS = {
     "DataLoader workers' own pages (MB = 10^6 bytes)",
     "final loss": "the loss of the last training step (a faster knob must not spoil training)",
     "notes": "errors, a wide spread where it decides the verdict, break-even of up-front costs, "
-    "what a knob resolved to or could not do here",
+    "a prediction far off and why, what a knob resolved to or could not do here",
 }
 """The columns of the sweep table, in order, and what each shows in one line: the hover text
 of its heading in HTML and the lines of ``Table.legend()``."""
@@ -62,6 +67,8 @@ def sweep_table(sweep: SweepResult) -> Table:
                 rate,
                 fmt(run.speedup, ".2f", suffix="x"),
                 verdict_text(run, base),
+                predicted_text(run) or "-",
+                guess_text(run) or "-",
                 fmt(run.data_time, ".2f", scale=1e3),
                 fmt(run.batch_time, ".2f", scale=1e3),
                 fmt(run.data_share, ".0%"),
@@ -73,11 +80,19 @@ def sweep_table(sweep: SweepResult) -> Table:
                     ([f"error: {run.error}"] if run.error else [])
                     + ([f"noisy: {noisy}"] if noisy else [])
                     + break_even_notes(run)
+                    + ([gap] if (gap := prediction_gap(run)) else [])
                     + run.notes
                 ),
             ]
         )
-    return Table(list(SWEEP_COLUMNS), rows, caption=sweep.name or "", descriptions=SWEEP_COLUMNS)
+    columns = list(SWEEP_COLUMNS)
+    if not any(run.guess for run in sweep.runs):
+        guesses = columns.index("your guess")
+        columns.pop(guesses)
+        for row in rows:
+            row.pop(guesses)
+    described = {column: SWEEP_COLUMNS[column] for column in columns}
+    return Table(columns, rows, caption=sweep.name or "", descriptions=described)
 
 
 def verdict_text(run: RunResult, baseline: RunResult) -> str:

@@ -97,6 +97,9 @@ class KnobSpec:
     allowed: str
     explain: str
     choices: tuple[str, ...] = ()
+    predicts: str = ""
+    """What speedlab's prediction of a run with this knob rests on (speedlab.analysis.predict),
+    starting ``none:`` where the baseline's split cannot predict it, with the reason."""
 
     @property
     def option(self) -> str:
@@ -129,6 +132,10 @@ KNOBS: dict[str, KnobSpec] = {
             "amp picks the best mixed precision this hardware runs natively: bf16-mixed on "
             "Ampere or newer and on a CPU, 16-mixed on older GPUs (where bf16 is only emulated).",
             PRECISIONS,
+            predicts=(
+                "none: the gain depends on how much of batch_time is arithmetic that the lower "
+                "precision speeds up on this hardware, which the split of a step does not show"
+            ),
         ),
         KnobSpec(
             "compile",
@@ -145,6 +152,10 @@ KNOBS: dict[str, KnobSpec] = {
             "adds CUDA graphs (GPU only) against launch overhead of small batches; "
             "max-autotune searches longer for faster kernels.",
             ("off", "on", "default", "reduce-overhead", "max-autotune"),
+            predicts=(
+                "none: what fusing saves depends on the model's kernels, which the split of a step "
+                "does not show, and the compile time comes first"
+            ),
         ),
         KnobSpec(
             "workers",
@@ -160,6 +171,11 @@ KNOBS: dict[str, KnobSpec] = {
             "A stream (an IterableDataset) runs its __iter__ in every worker: it must shard "
             "itself with get_worker_info(), as LitData and datasets do, or each worker repeats "
             "every sample (speedlab stops such a run).",
+            predicts=(
+                "the baseline's time to make a batch, spread over the workers, "
+                "against the step's compute, plus this machine's measured hand-over of a batch from a "
+                "worker; a range where the model and the loaders need more CPU than the cores give"
+            ),
         ),
         KnobSpec(
             "pin_memory",
@@ -171,6 +187,10 @@ KNOBS: dict[str, KnobSpec] = {
             "doctor's copy_bound); pinning costs the loader time too, so measure it. It does nothing "
             "without a GPU: there is nothing to copy to, and PyTorch ignores it.",
             ("on", "off"),
+            predicts=(
+                "1.0x without a GPU (nothing is copied); on a GPU none: how much of the copy pinning "
+                "saves, and what it costs the loader, the split does not show"
+            ),
         ),
         KnobSpec(
             "persistent_workers",
@@ -181,6 +201,9 @@ KNOBS: dict[str, KnobSpec] = {
             "gap). Helps with many workers and short epochs; does nothing with workers=0 and "
             "keeps the workers' memory for the whole run.",
             ("on", "off"),
+            predicts=(
+                "1.0x: it changes only the start of each epoch, which the steady steps leave out"
+            ),
         ),
         KnobSpec(
             "matmul",
@@ -196,6 +219,10 @@ KNOBS: dict[str, KnobSpec] = {
             "cuDNN already runs convolutions in TF32 by default, so a ConvNet gains little. The "
             "run's note says what it did on this machine.",
             ("highest", "high", "medium"),
+            predicts=(
+                "1.0x where this hardware ignores the level (its note says so); elsewhere none: the "
+                "share of float32 matmuls in batch_time is not in the split"
+            ),
         ),
         KnobSpec(
             "preload",
@@ -213,6 +240,11 @@ KNOBS: dict[str, KnobSpec] = {
             "back only if the steps save more than it costs), and neither helps a "
             "compute-bound model.",
             ("off", "ram", "shm"),
+            predicts=(
+                "ram: the step without reading and decoding, at most the loader's busy part "
+                "(augmentation, collation) left, a range; shm: the step without the storage wait, "
+                "decoding left"
+            ),
         ),
         KnobSpec(
             "batch_size",
@@ -222,6 +254,10 @@ KNOBS: dict[str, KnobSpec] = {
             "Lightning, kernel launches) over more samples, so samples/s rises until the "
             "hardware is busy or memory runs out. It also changes the optimisation (the "
             "learning rate may need scaling): compare samples/s, not steps.",
+            predicts=(
+                "a range: loading grows with the samples; the compute between per sample (the same "
+                "samples/s) and per step (fixed costs spread over more samples)"
+            ),
         ),
         KnobSpec(
             "devices",
@@ -231,6 +267,10 @@ KNOBS: dict[str, KnobSpec] = {
             "parallelism. Throughput can grow up to N times; gradient synchronisation and a "
             "shared CPU for data loading take part of it. On a 2-core machine, 2 CPU processes "
             "share the same cores, so expect far less than 2x.",
+            predicts=(
+                "none: more processes change the compute of a step and add gradient synchronisation, "
+                "which a one-process baseline does not show"
+            ),
         ),
         KnobSpec(
             "strategy",
@@ -239,6 +279,10 @@ KNOBS: dict[str, KnobSpec] = {
             "How Lightning spreads training over devices: ddp starts one process per device "
             "(for scripts), ddp_notebook forks them (works in notebooks; CUDA must not be "
             "initialised before), fsdp also shards the model, auto lets Lightning choose.",
+            predicts=(
+                "none: a strategy changes how the processes share the work, which the baseline does "
+                "not show"
+            ),
         ),
     )
 }
@@ -288,7 +332,10 @@ def explain(knob: str) -> str:
     if key not in KNOBS:
         raise KnobError("explain", knob, "a knob: " + ", ".join(s.option for s in KNOBS.values()))
     spec = KNOBS[key]
-    return f"{spec.option}: {spec.explain}\nValues: {spec.allowed}."
+    return (
+        f"{spec.option}: {spec.explain}\nPrediction (made before each run from the "
+        f"baseline's split of a step): {spec.predicts}.\nValues: {spec.allowed}."
+    )
 
 
 def literal(text: str) -> Any:

@@ -18,6 +18,7 @@ from speedlab.results.codec import Name, Record, coerce, fields_to_plain, from_p
 from speedlab.results.comparison import Comparison
 from speedlab.results.findings import Finding
 from speedlab.results.knobs import Knobs
+from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.stats import Summary, summarize
 from speedlab.results.steady import Steady, rounds, steady
 from speedlab.results.system import SystemSummary
@@ -110,7 +111,8 @@ class RunResult:
 
     ``comparison`` is the run's comparison with its sweep's baseline and ``break_even`` the
     steps after which each up-front knob (compile, preload) pays back (None: never), both
-    judged once when the sweep was assembled.
+    judged once when the sweep was assembled. ``prediction`` is speedlab's prediction of that
+    speedup and ``guess`` the learner's, both made before the run (speedlab.results.prediction).
     """
 
     knobs: Knobs = field(default_factory=Knobs)
@@ -133,6 +135,8 @@ class RunResult:
     flops: dict[str, Any] = field(default_factory=dict)
     comparison: Comparison | None = None
     break_even: dict[str, float | None] = field(default_factory=dict)
+    prediction: Prediction | None = None
+    guess: Guess | None = None
 
     def __post_init__(self) -> None:
         coerce(self)

@@ -19,10 +19,13 @@ from types import TracebackType
 from typing import Any
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.predict import predict
 from speedlab.analysis.steady_notes import steady_notes
 from speedlab.analysis.utilisation import flops_notes
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.measure.devices import Device, device_for
+from speedlab.measure.flops import peak_of
+from speedlab.measure.handover import handover_time
 from speedlab.results.knobs import (
     KNOBS,
     KnobError,
@@ -33,6 +36,7 @@ from speedlab.results.knobs import (
     option_name,
     sweep_plan,
 )
+from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.results.store import RunStore
@@ -40,6 +44,7 @@ from speedlab.results.sweep import SweepResult
 from speedlab.run.forking import describe_rank_failure
 from speedlab.run.in_force import ran_otherwise
 from speedlab.run.intercept import FitRecord, Intercept, RunControls
+from speedlab.run.loaders import resolve_workers
 from speedlab.run.watch import LiveView
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -157,14 +162,13 @@ def run_once(
     return results, error
 
 
-def _peak(device: Device, measured: RunResult) -> dict[str, Any]:
-    """The device's peak FLOP/s in the run's precision and matmul level, and its source; read
-    (on a CPU, measured) after the fit, only where the run's FLOPs were counted."""
+def _peak(device: Device, measured: RunResult, taken: dict[str, Any]) -> dict[str, Any]:
+    """The device's peak FLOP/s in the run's precision and matmul level, and its source, only
+    where the run's FLOPs were counted: the one the probe took before the fit trained (which
+    the live view's MFU used), else (ranks' results) read now by the same rule."""
     if not measured.flops_per_step:
         return {}
-    w = measured.workload
-    peak, source = device.peak_flops(w.get("precision", ""), w.get("matmul", "highest"))
-    return {"peak": peak, "peak_source": source}
+    return taken or peak_of(device, measured.workload)
 
 
 def _assemble(
@@ -188,7 +192,7 @@ def _assemble(
         notes=session.notes + fit.notes + measured.notes + reaped + _stopped(session, measured),
         phases=measured.phases | {"preload": fit.preload_s},
         workload=workload,
-        flops=measured.flops | _peak(device, measured),
+        flops=measured.flops | _peak(device, measured, fit.probe.peak),
         error=error,
     )
     return replace(
@@ -258,6 +262,38 @@ def cell_hash(source: str | None) -> str | None:
     return hashlib.sha256(source.encode()).hexdigest()[:16] if source is not None else None
 
 
+Ask = Callable[[str], Guess | None]
+"""Asks the learner's guess for the run of this label before it runs; None: no guess."""
+
+
+@dataclass(frozen=True)
+class Before:
+    """What was said of a run before it ran: speedlab's prediction for each fit of the
+    baseline (by fit number) and the learner's guess."""
+
+    predictions: dict[int | None, Prediction]
+    guess: Guess | None
+
+    def kept(self, result: RunResult) -> RunResult:
+        """The result with what was said of it before it ran."""
+        return replace(result, prediction=self.predictions.get(result.fit), guess=self.guess)
+
+
+def before_run(
+    baseline: Sequence[RunResult], knobs: Knobs, *, ask: Ask | None, view: LiveView
+) -> Before:
+    """Before a run after the baseline: the learner's guess first (so speedlab's figure cannot
+    sway it), then speedlab's prediction from each of the baseline's fits, shown by ``view``."""
+    label = RunResult(knobs=knobs).label(baseline[0]) if baseline else "run"
+    guess = ask(label) if ask is not None else None
+    if knobs.workers == "auto":
+        knobs = replace(knobs, workers=resolve_workers("auto", knobs.devices or 1)[0])
+    handover = handover_time() if knobs.workers else 0.0
+    predictions = {base.fit: predict(base, knobs, handover=handover) for base in baseline}
+    view.predicted(label, next(iter(predictions.values()), None), guess)
+    return Before(predictions, guess)
+
+
 def run_sweep(
     train_fn: Callable[[], Any],
     spec: SweepSpec,
@@ -266,11 +302,14 @@ def run_sweep(
     store: str | Path | bool | None = None,
     source: str | None = None,
     show_error: Callable[[BaseException], None] = print_user_traceback,
+    ask: Ask | None = None,
 ) -> SweepResult:
     """Run every combination ``spec.repeat`` times; store each run as it ends.
 
     ``view`` is told of each run (a ``LiveView`` shows nothing); ``store`` is the run store's
-    path, ``None`` for the default, ``False`` for none.
+    path, ``None`` for the default, ``False`` for none. Each run after the baseline is
+    predicted from the baseline's first measurement before it runs, after ``ask`` (where
+    given) took the learner's guess for it.
     """
     from speedlab.measure.machine import system_info
 
@@ -282,6 +321,7 @@ def run_sweep(
         )
     view = view or LiveView()
     replicates: list[list[RunResult]] = [[] for _ in spec.plan]
+    said: dict[int, Before] = {}
     shown: set[str] = set()
     position = 0
     interrupted = False
@@ -291,8 +331,16 @@ def run_sweep(
         # warming up or another job starting, then lands on every configuration alike.
         for attempt in range(spec.repeat):
             for i, knobs in enumerate(spec.plan):
+                if i > 0 and i not in said:
+                    try:
+                        said[i] = before_run(replicates[0], knobs, ask=ask, view=view)
+                    except KeyboardInterrupt:  # while the learner was asked: as in a run
+                        interrupted = True
+                        break
                 view.start_run(knobs, attempt)
                 results, error = run_once(train_fn, knobs, spec.controls, view=view)
+                if i in said:
+                    results = [said[i].kept(result) for result in results]
                 for result in results:
                     if run_store is not None:
                         run_store.add_run(sweep_id, position, result.to_dict())

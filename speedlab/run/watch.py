@@ -2,7 +2,8 @@
 
 The probe only appends numbers to its records. While a run trains, a ticker thread reads them
 at most ``REFRESH_PER_SECOND`` times a second, builds a ``Snapshot`` (recent steps, progress,
-ETA, phase, CPU and RSS from the system sampler) and hands it to the view's ``draw``.
+ETA, phase, MFU, CPU and RSS from the system sampler) and hands it to the view's ``draw``.
+Nothing it reads waits for the training: no lock, no device synchronisation.
 
 ``LiveView`` is the view the runner talks to; on its own it shows nothing. The views that show
 something (a terminal line, a notebook chart, the panel) extend it in speedlab.notebook.
@@ -34,8 +35,10 @@ class Snapshot:
     them being step ``first_step`` (1-based); ``slots`` is the chart's width in steps;
     ``time_limit`` is the run's ``--time`` in seconds, if any. samples/s, data_time and
     batch_time cover the last ``_RECENT`` steps, by the rule of a run's figures
-    (speedlab.results.steady). System figures come from the newest
-    SystemSample (None until there is one).
+    (speedlab.results.steady). ``mfu`` is those samples/s times the counted step's FLOPs a
+    sample, over the device's peak (as ``RunResult.mfu``, which takes the steady steps'
+    samples/s); None until the step is counted, or where the count or the peak is unknown.
+    System figures come from the newest SystemSample (None until there is one).
     """
 
     steps: int
@@ -54,6 +57,7 @@ class Snapshot:
     cpu_percent: float | None = None
     rss_bytes: int | None = None
     workers: int | None = None
+    mfu: float | None = None
 
 
 def snapshot(
@@ -64,11 +68,14 @@ def snapshot(
     time_limit: float | None = None,
     phase: str | None = None,
     system: Any = None,
+    flops_per_sample: float | None = None,
+    peak: float | None = None,
 ) -> Snapshot:
     """Summarise the records so far; safe while the training thread is still appending.
 
     ``phase`` overrides the phase of the last step (e.g. "validation" while it runs);
-    ``system`` is a SystemSample or None.
+    ``system`` is a SystemSample or None; ``flops_per_sample`` (the counted step's) and
+    ``peak`` (the device's FLOP/s) give the MFU where both are known.
     """
     n = min(len(records[k]) for k in _STEP_KEYS)
     lo = max(0, n - _RECENT)
@@ -80,13 +87,16 @@ def snapshot(
         eta = left if eta is None else min(eta, left)
     start = max(0, n - WINDOW)
     recent = steady(records, range(lo, n), getattr(system, "workers", None) or 0)
+    rate, mfu = recent.samples_per_s, None
+    if flops_per_sample and peak and rate > 0:  # NaN before a step: not > 0
+        mfu = flops_per_sample * rate / peak
     return Snapshot(
         steps=n,
         total_steps=total_steps,
         elapsed=elapsed,
         eta=eta,
         phase=phase or (records["phase"][n - 1] if n else "setup"),
-        samples_per_s=recent.samples_per_s,
+        samples_per_s=rate,
         data_time=recent.data_time,
         batch_time=recent.batch_time,
         first_step=start + 1,
@@ -96,6 +106,7 @@ def snapshot(
         cpu_percent=getattr(system, "cpu_percent", None),
         rss_bytes=getattr(system, "rss_bytes", None),
         workers=getattr(system, "workers", None),
+        mfu=mfu,
     )
 
 
@@ -141,7 +152,7 @@ class _Ticker:
 class LiveView:
     """A view that shows nothing; the base of the real views.
 
-    The runner calls ``start_sweep``; per run ``start_run``, ``watch`` (training starts) and
+    The runner calls ``start_sweep``; per run ``predicted`` (after the baseline), ``start_run``, ``watch`` (training starts) and
     ``unwatch`` (it ended), then ``end_run`` with each result; at last ``end_sweep``. Views
     with ``live = True`` get ``draw`` calls from a ticker thread while a run trains.
     """
@@ -160,6 +171,10 @@ class LiveView:
         self.label = f"run {self.run_index}/{self.runs_total} {shown}{repeat}"
         self.knobs = knobs
 
+    def predicted(self, label: str, prediction: Any, guess: Any) -> None:
+        """Show, before a run after the baseline starts, speedlab's prediction of its speedup
+        and the learner's guess (None where none was asked or given)."""
+
     def watch(self, session: Any) -> None:
         self.session = session
         self.frame = 0
@@ -174,7 +189,8 @@ class LiveView:
             self._tick(force=True)
 
     def state(self) -> Snapshot:
-        """A Snapshot of the run being watched."""
+        """A Snapshot of the run being watched; its MFU from the FLOPs the probe counted and
+        the peak it took before the fit trained."""
         session = self.session
         fit = session.fits[-1] if session.fits else None
         probe = session.active_probe
@@ -188,6 +204,8 @@ class LiveView:
             time_limit=self.spec.controls.time,
             phase=self._phase(fit, steps),
             system=sampler.latest() if sampler is not None else None,
+            flops_per_sample=getattr(probe, "flops_per_sample", None),
+            peak=getattr(probe, "peak", {}).get("peak"),
         )
 
     def _phase(self, fit: Any, steps: int) -> str | None:

@@ -71,6 +71,8 @@ def test_a_plain_mlps_step_is_six_flops_a_weight_a_sample() -> None:
     assert flops["step"] == 2  # the last warm-up step, which no figure counts
     assert flops["per_step"] == pytest.approx(6 * BATCH * weights, rel=0.05)
     assert flops["uncounted"] == []
+    assert probe.flops_per_sample == flops["per_step"] / BATCH  # what the live view reads
+    assert probe.peak["peak"] > 0 and "measured" in probe.peak["peak_source"]  # taken at setup
 
 
 def test_counting_changes_nothing_the_fit_computes() -> None:
@@ -92,12 +94,14 @@ def test_an_op_without_a_formula_leaves_the_count_unknown_and_names_it() -> None
     run = probe.result()
     assert any("rnn" in op for op in run.flops["uncounted"]), run.flops
     assert run.flops_per_step is None and run.mfu is None
+    assert probe.flops_per_sample is None  # nor a live MFU
 
 
 def test_no_warm_up_step_or_a_compiled_module_counts_nothing() -> None:
     probe = SpeedProbe(warmup=0, sample_system=False)
     fit(MLP(), probe)
-    assert probe.result().flops == {}
+    assert probe.result().flops == {} and probe.flops_per_sample is None
+    assert probe.peak == {}  # no peak measured for a count that will not be made
     model = MLP()
     assert not is_compiled(model)
     model.net = torch.compile(model.net)  # compiles at its first call only
@@ -110,11 +114,12 @@ def test_a_watch_counts_only_its_step_and_exits_safely_when_idle() -> None:
     watch.enter(0)
     torch.randn(4, 4) @ torch.randn(4, 4)
     watch.exit()
-    assert watch.result() == {}
+    assert watch.result() == {} and watch.counted is None
     watch.enter(1)
     torch.randn(4, 4) @ torch.randn(4, 4)
     watch.exit()
     assert watch.result() == {"per_step": 2 * 4**3, "step": 1, "uncounted": []}
+    assert watch.counted == 2 * 4**3
 
 
 def test_the_cpu_peak_is_within_a_factor_2_of_a_large_matmul_timed_beside_it() -> None:

@@ -42,6 +42,13 @@ def test_live_frame_shows_progress_rate_phase_and_system() -> None:
         assert text in frame
     line = progress_line(s, "run 1/2")
     assert line.startswith("run 1/2  [########--] 150/200") and "CPU 87%" in line
+    assert "MFU" not in frame and "MFU" not in line  # not counted: nothing, not a dash
+
+
+def test_the_line_and_the_frame_show_the_mfu_once_known() -> None:
+    s = snapshot(records_of(150), flops_per_sample=1e6, peak=800 * 1e6 / 0.046)  # 800 samples/s
+    assert "800 samples/s  MFU 4.6%  data 2.0 ms" in progress_line(s, "run 1/1")
+    assert "800 samples/s &middot; MFU 4.6% &middot; data" in live_html(s, "run 1/1", frame=1)
 
 
 def test_terminal_view_rewrites_one_line_on_a_real_tty() -> None:
@@ -109,6 +116,7 @@ def test_notebook_view_draws_a_few_frames_a_second_and_keeps_each_run() -> None:
         ]
         steps = [int(re.search(r'data-step="(\d+)"', html).group(1)) for _, html in frames]
         assert len(frames) >= 3 and steps == sorted(steps) and steps[-1] == run.steps
+        assert f"MFU {run.mfu:.1%}" in frames[-1][1]  # the last frame's steps are the run's
         gaps = [b[0] - a[0] for a, b in pairwise(frames[:-1])]
         assert min(gaps) >= 0.9 / REFRESH_PER_SECOND  # throttled (the last frame is forced)
         final = output.bundles[-1][1]

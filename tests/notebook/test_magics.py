@@ -81,6 +81,7 @@ def test_amp_runs_as_bf16_on_a_cpu_and_16_mixed_is_explained(shell) -> None:
         ("--warp-speed 9", "unrecognized arguments: --warp-speed 9"),
         ("--steps 0", "--steps 0: not allowed. Expected an integer >= 1."),
         ("--trainer max_epochs", "--trainer max_epochs: not allowed. Expected KEY=V1,V2"),
+        ("--predict --autotune", "--predict: not with --autotune, which picks each run from"),
     ],
 )
 def test_bad_options_are_refused_in_one_line_before_training(

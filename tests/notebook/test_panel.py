@@ -22,10 +22,13 @@ from IPython.utils.capture import capture_output
 
 import speedlab
 from speedlab.analysis.compare import compare
+from speedlab.analysis.predict import guess_text, predict
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.notebook.guessing import said_line
 from speedlab.notebook.panel import WIDGET_VIEW, Panel, hardware_limits
 from speedlab.notebook.tables import verdict_text
 from speedlab.results.knobs import KNOBS, Knobs, explain
+from speedlab.results.prediction import ALLOWED_GUESSES, Guess
 from speedlab.run.intercept import RunControls
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
@@ -145,6 +148,33 @@ def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
     assert shown and len(shown) == len(set(shown))  # each finding once
 
 
+def test_a_guess_typed_before_run_is_kept_beside_speedlabs_prediction() -> None:
+    panel = Panel(train_fn(), controls=RunControls(steps=12, warmup=2), store=False)
+    assert panel.guess.disabled  # no baseline yet to guess against
+    panel.run().join()
+    assert not panel.guess.disabled
+    panel.controls["workers"].value = "0"
+    panel.guess.value = "sooner"
+    assert panel.run() is None and len(panel.runs) == 1  # refused: nothing runs
+    expected = f"guess 'sooner': not allowed. Expected {ALLOWED_GUESSES}."
+    assert panel.status.value == f"<b>Not run:</b> {html.escape(expected)}"
+    panel.guess.value = " Slower "
+    panel.run().join()
+    assert panel.guess.value == ""  # a guess is of one run
+    base, run = (row.result for row in panel.runs)
+    assert base.prediction is None and base.guess is None
+    assert run.guess == Guess.parse("Slower") and run.knobs == Knobs(workers=0)
+    # No workers: no hand-over to measure; the prediction is the baseline's own arithmetic.
+    assert run.prediction == predict(base, Knobs(workers=0)) and run.prediction.made
+    # Shown above the run's chart before it trained, and kept above its summary.
+    assert html.escape(said_line("workers=0", run.prediction, run.guess)) in panel.chart.value
+    header = re.search(r"<tr>(.*?)</tr>", panel.table.value, re.DOTALL).group(1)
+    assert ">predicted</th>" in header and ">your guess</th>" in header
+    for text in (run.prediction.text(), guess_text(run)):
+        assert f">{html.escape(text)}</td>" in panel.table.value
+    assert guess_text(run).startswith("slower, ")  # and whether it held
+
+
 def test_magics_show_the_panel_for_the_cell(shell, capsys) -> None:
     with pytest.raises(UsageError, match="no cell profiled yet"):
         shell.run_line_magic("speedlab", "panel")
@@ -228,7 +258,7 @@ def test_an_nbconvert_export_shows_the_panels_results_with_and_without_the_widge
     state = notebook.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
     assert view.data["text/plain"] == "" and view.data[WIDGET_VIEW]["model_id"] in state
     text = static.data["text/plain"]
-    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +- +±[\d.]+% .* 20 +ok\n", text), text
+    assert re.search(r"\n1 +baseline +[\d,.]+ +1\.00x +- +- +- +±[\d.]+% .* 20 +ok\n", text), text
     assert "Diagnosis:\n- [" in text
     del notebook.metadata["widgets"]
     nbformat.write(notebook, tmp_path / "saved.ipynb")

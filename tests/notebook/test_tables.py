@@ -12,6 +12,7 @@ import pytest
 
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.notebook.tables import SWEEP_COLUMNS, verdict_text
+from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.sweep import SweepResult
 from tests.records import run_of as run
 
@@ -71,7 +72,7 @@ def test_the_html_table_spaces_its_cells_itself() -> None:
     # nbclassic's widget styles set table-cell padding to 0: the table brings its own.
     html = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()._repr_html_()
     cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", html)
-    assert len(cells) == 2 * len(SWEEP_COLUMNS)
+    assert len(cells) == 2 * (len(SWEEP_COLUMNS) - 1)  # no guesses: no "your guess" column
     assert all("padding:2px 10px" in style for style in cells)
     assert cells[0].endswith("text-align:left") and cells[1].endswith("text-align:right")
 
@@ -79,7 +80,8 @@ def test_the_html_table_spaces_its_cells_itself() -> None:
 def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
     """A lesson prints ``table.legend()``; the notebook shows the same lines on hover."""
     table = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()
-    assert table.columns == list(SWEEP_COLUMNS) and set(table.descriptions) == set(table.columns)
+    assert table.columns == [c for c in SWEEP_COLUMNS if c != "your guess"]
+    assert set(table.descriptions) == set(table.columns)
     titles = re.findall(r'<th style="[^"]*" title="([^"]*)">([^<]*)</th>', table._repr_html_())
     assert [name for _, name in titles] == table.columns
     legend = table.legend().splitlines()
@@ -89,6 +91,25 @@ def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
     assert "whole machine" in said["CPU %"] and "workers' own pages" in said["peak RSS MB"]
     assert "pauses left out" in said["samples/s"] and "hooks and logging" in said["batch_time ms"]
     assert "device's peak" in said["MFU"] and "unknown" in said["MFU"]
+
+
+def test_predictions_and_guesses_show_beside_the_measurement() -> None:
+    """speedlab's prediction (labelled, never a figure of the run) and the learner's guess with
+    whether it held; a prediction far off says why in the notes."""
+    base = run([0.024] * 20, [0.01] * 20, knobs={"workers": 0})
+    faster = run([0.001] * 20, [0.015] * 20, knobs={"workers": 3})
+    faster = replace(
+        faster,
+        prediction=Prediction(3.0, "workers=3: ...", 3.0, 3.0, data_time=0.001, batch_time=0.010),
+        guess=Guess.parse("faster"),
+    )
+    table = judge_sweep([base, faster]).table()
+    shown = dict(zip(table.columns, table.rows[1], strict=True))
+    assert shown["predicted"] == "about 3.0x" and shown["your guess"] == "faster, right"
+    assert (
+        "predicted about 3.0x, measured 2.12x: batch_time 15.0 ms where 10.0 ms" in shown["notes"]
+    )
+    assert dict(zip(table.columns, table.rows[0]))["predicted"] == "-"
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,14 @@ def test_every_knob_has_a_teaching_text(knob: str) -> None:
     text = explain(knob)
     assert text.startswith(KNOBS[knob].option + ":")
     assert "Values:" in text
-    assert 150 < len(text) < 1200
+    assert 150 < len(KNOBS[knob].explain) < 1100
+    # What speedlab's prediction rests on (issue 26), in one short line; "none:" says why not.
+    prediction = KNOBS[knob].predicts
+    assert (
+        f"Prediction (made before each run from the baseline's split of a step): {prediction}."
+        in text
+    )
+    assert 50 < len(prediction) < 300
 
 
 @pytest.mark.parametrize(

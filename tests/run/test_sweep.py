@@ -17,8 +17,13 @@ from torch.utils.data import DataLoader
 import speedlab
 from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
-from speedlab.results.knobs import KnobError
-from speedlab.results.store import history
+from speedlab.results.knobs import KnobError, Knobs
+from speedlab.results.prediction import Guess, Prediction
+from speedlab.results.run import RunResult
+from speedlab.results.store import RunStore, history
+from speedlab.run.intercept import RunControls
+from speedlab.run.sweep import plan_sweep, run_sweep
+from speedlab.run.watch import LiveView
 from tests.doctor_runs import require_quiet
 
 
@@ -244,3 +249,58 @@ def test_a_bursty_loaders_figures_add_up_to_its_throughput_and_meet_the_known_an
     assert run.samples_per_s == pytest.approx(truth, rel=0.10)
     assert run.samples_per_s < 1.05 * 3 * 16 / 0.064
     assert run.data_share > 0.2  # the loader, not the 10 ms step, sets the pace
+
+
+def test_each_run_after_the_baseline_is_guessed_then_predicted_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    """The learner is asked first (speedlab's figure must not sway the guess), then speedlab
+    predicts from the baseline's measurement, then the run starts; every repeat keeps both, and
+    the stored run has them."""
+    events: list[tuple] = []
+
+    class Recording(LiveView):
+        def predicted(self, label: str, prediction: Prediction, guess: Guess | None) -> None:
+            events.append(("predicted", label, prediction.made, guess.text()))
+
+        def start_run(self, knobs: Knobs, attempt: int) -> None:
+            super().start_run(knobs, attempt)
+            events.append(("run", knobs["workers"], attempt))
+
+    def ask(label: str) -> Guess:
+        events.append(("asked", label))
+        return Guess.parse("2x")
+
+    spec = plan_sweep({"workers": [0, 2]}, controls=RunControls(steps=10), repeat=2)
+    store = tmp_path / "store.sqlite"
+    sweep = run_sweep(train_known_cost, spec, view=Recording(), store=store, ask=ask)
+    assert events == [
+        ("run", 0, 0),
+        ("asked", "workers=2"),
+        ("predicted", "workers=2", True, "2.0x"),
+        ("run", 2, 0),
+        ("run", 0, 1),
+        ("run", 2, 1),
+    ]
+    base, workers = sweep.runs
+    assert base.prediction is None and base.guess is None
+    assert {(r.prediction, r.guess) for r in workers.replicates} == {
+        (workers.prediction, workers.guess)
+    }
+    assert workers.prediction.speedup > 1 and "workers=2" in workers.prediction.reason
+    run_store = RunStore(store)
+    try:  # the newest stored run: the second repeat of workers=2, stored as it ended
+        stored = RunResult.from_dict(run_store.run(history(path=store)[0]["run_id"]))
+    finally:
+        run_store.close()
+    assert (stored.prediction, stored.guess) == (workers.prediction, workers.guess)
+
+
+def test_an_interrupt_while_the_learner_is_asked_keeps_what_was_measured() -> None:
+    def ask(label: str) -> Guess:
+        raise KeyboardInterrupt  # the kernel interrupted at the question
+
+    spec = plan_sweep({"workers": [0, 1]}, controls=RunControls(steps=6))
+    sweep = run_sweep(train_known_cost, spec, store=False, ask=ask)
+    assert [r.knobs["workers"] for r in sweep.runs] == [0] and sweep.runs[0].ok
+    assert any(n.startswith("Interrupted: the sweep stopped after 1 run(s)") for n in sweep.notes)

@@ -1,4 +1,5 @@
-"""speedlab.run.watch: snapshots of a run's records, and the steps a Trainer will run."""
+"""speedlab.run.watch: snapshots of a run's records (MFU included, checked against a real
+fit's result), and the steps a Trainer will run."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import lightning.pytorch as pl
 import pytest
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.labs.tabular import MLP
+from speedlab.measure.flops import matmul_peak
 from speedlab.results.run import empty_records
-from speedlab.run.watch import WINDOW, planned_steps, snapshot
+from speedlab.run.intercept import RunControls
+from speedlab.run.sweep import plan_sweep, run_sweep
+from speedlab.run.watch import _RECENT, WINDOW, LiveView, Snapshot, planned_steps, snapshot
 from tests.records import records_of, sample
 
 QUIET = dict(accelerator="cpu", **QUIET_TRAINER)
@@ -37,3 +42,59 @@ def test_planned_steps_from_the_trainers_limits() -> None:
     trainer = pl.Trainer(max_epochs=2, **QUIET)
     trainer.fit(KnownCostModel(step_s=0.0), known_cost_loader(n=40, batch_size=8))
     assert planned_steps(trainer) == 10
+
+
+def test_the_mfu_is_the_recent_samples_a_second_times_the_flops_a_sample_over_the_peak() -> None:
+    s = snapshot(records_of(150), flops_per_sample=1e6, peak=1e10)
+    assert s.mfu == pytest.approx(800 * 1e6 / 1e10)  # 800 samples/s (records_of): 8%
+    assert snapshot(records_of(150), flops_per_sample=None, peak=1e10).mfu is None  # not counted
+    assert snapshot(records_of(150), flops_per_sample=1e6, peak=None).mfu is None  # no peak
+    assert snapshot(empty_records(), flops_per_sample=1e6, peak=1e10).mfu is None  # no step yet
+
+
+class Drawn(LiveView):
+    """A live view that keeps every state it is drawn."""
+
+    live = True
+
+    def __init__(self) -> None:
+        self.states: list[Snapshot] = []
+
+    def draw(self, state: Snapshot) -> None:
+        self.states.append(state)
+
+
+def test_a_real_fits_live_mfu_agrees_with_its_result_and_its_peak_comes_before_training() -> None:
+    """The live MFU covers the last ``_RECENT`` steps, the result's the steady steps: with
+    exactly ``_RECENT`` steady steps they are the same steps under the same rule, so the last
+    snapshot's MFU is the result's to rounding. Earlier snapshots differ only by their
+    samples/s (the same FLOPs a sample, the same peak): MFU over samples/s is one constant.
+    A bound on the speeds themselves would measure the machine's noise, not this code."""
+    warmup = 5
+    view = Drawn()
+    seen: dict[int, tuple[Snapshot, dict, int]] = {}  # at each step's start, in training
+
+    class Look(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            peak = dict(view.session.active_probe.peak)
+            seen[batch_idx] = (view.state(), peak, matmul_peak.cache_info().misses)
+
+    def train() -> None:
+        loader = known_cost_loader(n=32 * 40, batch_size=32)
+        model = MLP(features=8, classes=2, hidden=256)
+        pl.Trainer(max_epochs=1, callbacks=[Look()], **QUIET).fit(model, loader)
+
+    matmul_peak.cache_clear()  # so that this fit's setup measures the CPU's peak
+    controls = RunControls(steps=warmup + _RECENT, warmup=warmup)
+    run = run_sweep(train, plan_sweep({}, controls=controls), view=view, store=False).runs[0]
+    first, peak, measured = seen[0]
+    assert measured >= 1 and matmul_peak.cache_info().misses == measured  # none after step 1
+    assert run.flops["peak"] == peak["peak"] > 0 and "measured" in peak["peak_source"]
+    assert first.mfu is None and seen[warmup - 1][0].mfu is None  # the count is step 5's
+    assert seen[warmup][0].mfu is not None
+    last = view.states[-1]
+    assert last.steps == run.steps == warmup + _RECENT
+    assert last.mfu == pytest.approx(run.mfu, rel=1e-9) and 0 < run.mfu <= 1
+    per_rate = run.mfu / run.samples_per_s
+    live = [s for s in [*view.states, *(s for s, _, _ in seen.values())] if s.mfu is not None]
+    assert [s.mfu / s.samples_per_s for s in live] == pytest.approx([per_rate] * len(live))

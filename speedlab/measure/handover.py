@@ -1,0 +1,54 @@
+"""What it costs this machine to hand a batch from a DataLoader worker to the training process.
+
+A worker's batch crosses processes: its tensors go to shared memory and the training process
+receives a handle for each (on Linux a file descriptor, passed back and forth with the worker).
+That wait is part of data_time with workers even when every batch is ready, and it ranges from
+a fraction of a millisecond on a quiet machine to several on a small shared VM, so speedlab's
+prediction (speedlab.analysis.predict) measures it here rather than assume it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from functools import cache
+
+from torch.utils.data import DataLoader, Dataset
+
+BATCHES = 16
+"""Ready batches taken to measure the hand-over (after one that starts the worker)."""
+_AHEAD = 0.2  # seconds the worker gets to fill its queue before the timing starts
+_BETWEEN = 0.005  # seconds between takes, so the worker's queue stays full
+
+
+class _Pairs(Dataset):
+    """Batches of an input and a target, as most training batches are."""
+
+    def __len__(self) -> int:
+        return BATCHES + 1
+
+    def __getitem__(self, index: int) -> tuple:
+        import torch
+
+        return torch.zeros(64, 8), torch.zeros(64, dtype=torch.long)
+
+
+@cache
+def handover_time() -> float:
+    """Seconds the training process waits to take one ready batch of two tensors from a
+    worker: the median of ``BATCHES`` takes from a real one-worker DataLoader whose queue is
+    full. Measured once per process (about half a second), never while a fit trains."""
+    loader = DataLoader(_Pairs(), batch_size=None, num_workers=1, prefetch_factor=BATCHES + 1)
+    batches = iter(loader)
+    try:
+        next(batches)
+        time.sleep(_AHEAD)
+        takes = []
+        for _ in range(BATCHES):
+            start = time.perf_counter()
+            next(batches)
+            takes.append(time.perf_counter() - start)
+            time.sleep(_BETWEEN)
+    finally:
+        del batches  # shuts the worker down
+    return statistics.median(takes)
