@@ -54,7 +54,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_PIP)
 	$(PY) -m pip install --quiet -e ".[test]" "$(TORCH)"
-	$(PY) -m pip install --quiet --no-deps $(LITDATA)
+	$(PY) -m pip install --quiet --no-deps "$(LITDATA)"
 	touch $(STAMP)
 
 # JupyterLab prints the address to open (with its token) once it serves. As root (a container,
@@ -116,7 +116,7 @@ test: setup browser-deps lint
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
 	.venv-$*/bin/python -m pip install --quiet $(TORCH_PIP)
 	.venv-$*/bin/python -m pip install --quiet -e ".[test]" "$(TORCH)"
-	.venv-$*/bin/python -m pip install --quiet --no-deps $(LITDATA)
+	.venv-$*/bin/python -m pip install --quiet --no-deps "$(LITDATA)"
 	touch $@
 
 test-python-%:

@@ -12,6 +12,7 @@ import statistics
 
 from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
 from speedlab.analysis.findings import device_name, torch_threads
+from speedlab.measure.devices import device_for
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
@@ -193,12 +194,17 @@ def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Findin
         f"{head} Of that wait, {fmt_ms(copy)} is the copy of the batch to the {device_name(run)}: "
         "the time goes to the copy, not to storage or decoding."
     )
-    if pinned:
-        advice = (
-            "The batches are pinned already: copy fewer bytes (uint8 images, converted and "
-            "normalised on the device), or overlap the copy with the previous step's work."
+    if pinned or not device_for(run.device).pins_memory:
+        why = (
+            "The batches are pinned already"
+            if pinned
+            else f"Pinned memory does not act on the {device_name(run)}'s copies"
         )
-        summary += ", pinned already; copy fewer bytes"
+        advice = (
+            f"{why}: copy fewer bytes (uint8 images, converted and normalised on the device), "
+            "or overlap the copy with the previous step's work."
+        )
+        summary += ", pinned already; copy fewer bytes" if pinned else "; copy fewer bytes"
         return Finding("copy_bound", evidence, advice, None, severity, summary=summary)
     advice = (
         "A copy from pageable memory waits for the device's earlier work and cannot overlap it. "

@@ -20,6 +20,7 @@ from speedlab.analysis.findings import STEPS_FOR_FIGURES, in_doctors_order, stea
 from speedlab.analysis.host_sync import host_sync
 from speedlab.analysis.model import model_bound, overhead_bound
 from speedlab.analysis.phases import epoch_start, validation_heavy
+from speedlab.analysis.predict import with_prediction
 from speedlab.analysis.ranks import rank_findings
 from speedlab.analysis.stragglers import worker_straggler
 from speedlab.analysis.traps import notebook_traps
@@ -46,7 +47,8 @@ _FIGURE_RULES = (
 def diagnose(
     run: RunResult, *, lint_findings: Sequence[LintFinding] | None = None
 ) -> list[Finding]:
-    """What limits this run, most severe first, each finding with its evidence and the knob to try.
+    """What limits this run, most severe first, each finding with its evidence and the knob to
+    try, with speedlab's prediction for that knob where it can make one.
 
     Args:
         run: a measured run.
@@ -58,4 +60,4 @@ def diagnose(
         for rule in _FIGURE_RULES:
             findings += rule(run)
     findings += rank_findings(run)  # outside the gate: a CUDA-before-fork run has no steps
-    return in_doctors_order(findings)
+    return in_doctors_order(with_prediction(run, finding) for finding in findings)

@@ -32,6 +32,7 @@ from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
 from speedlab.analysis.data import loader_busy
 from speedlab.analysis.findings import batch_size, device_name, differs, torch_threads
 from speedlab.measure.devices import device_for
+from speedlab.results.findings import Finding
 from speedlab.results.knobs import KNOBS, Knobs
 from speedlab.results.prediction import FAR_OFF, Prediction
 from speedlab.results.run import RunResult
@@ -81,7 +82,7 @@ class Split:
         return compute, max(self.handover, self.making / workers - compute)
 
 
-def _split(base: RunResult, handover: float) -> Split | str:
+def _split(base: RunResult) -> Split | str:
     """The baseline's split, or why it cannot give one."""
     if not base.ok or not base.steady.steps:
         return "the baseline measured no steady steps to predict from"
@@ -117,7 +118,7 @@ def _split(base: RunResult, handover: float) -> Split | str:
         cores,
         workers,
         batch_size(base),
-        handover,
+        float(base.workload.get("handover") or 0.0),
         straggle,
     )
 
@@ -133,12 +134,13 @@ def _samples_per_s(split: Split, workers: int, contended: bool) -> float:
     return split.batch / (compute + data)
 
 
-def predict(base: RunResult, knobs: Knobs, *, handover: float = 0.0) -> Prediction:
+def predict(base: RunResult, knobs: Knobs) -> Prediction:
     """speedlab's prediction of the speedup of a run with ``knobs`` over ``base``, from the
-    baseline's measured split (module docstring); ``speedup`` None, with the reason, where the
-    split cannot predict it. ``knobs`` with ``workers`` resolved (not ``auto``); ``handover``:
-    this machine's wait to take a ready batch from a worker (speedlab.measure.handover)."""
-    split = _split(base, handover)
+    baseline's measured split (module docstring) and the hand-over of a batch from a worker
+    measured on its machine (``workload["handover"]``, speedlab.measure.handover); ``speedup``
+    None, with the reason, where the split cannot predict it. ``knobs`` with ``workers``
+    resolved (not ``auto``)."""
+    split = _split(base)
     if isinstance(split, str):
         return Prediction(None, split)
     changed = sorted(differs(base.knobs, knobs))
@@ -161,7 +163,7 @@ def predict(base: RunResult, knobs: Knobs, *, handover: float = 0.0) -> Predicti
         value = knobs[knob]
         if knob == "pin_memory":
             if not device_for(base.device).pins_memory:
-                inert.append(f"pin_memory={_on(value)}: pinning only speeds copies to a GPU")
+                inert.append(f"pin_memory={_on(value)}: pinning only speeds copies to a CUDA GPU")
             else:
                 return Prediction(None, _pinned(base, value))
         elif knob == "persistent_workers":
@@ -376,3 +378,13 @@ def prediction_said(run: RunResult) -> str | None:
     if (guess := guess_text(run)) is not None:
         said.append(f"Your guess: {guess}.")
     return " ".join(said) or None
+
+
+def with_prediction(run: RunResult, finding: Finding) -> Finding:
+    """``finding`` with speedlab's prediction of ``run`` with the knob it suggests, where it
+    suggests one the split can predict (``Finding.predicted``, which its headline names)."""
+    if finding.knob not in KNOBS or finding.value is None:
+        return finding
+    knobs = Knobs.from_dict(run.knobs.as_dict() | {finding.knob: finding.value})
+    p = predict(run, knobs)
+    return replace(finding, predicted=p.speedup) if p.made else finding

@@ -13,16 +13,15 @@ import statistics
 import time
 from functools import cache
 
-from torch.utils.data import DataLoader, Dataset
-
 BATCHES = 16
 """Ready batches taken to measure the hand-over (after one that starts the worker)."""
 _AHEAD = 0.2  # seconds the worker gets to fill its queue before the timing starts
 _BETWEEN = 0.005  # seconds between takes, so the worker's queue stays full
 
 
-class _Pairs(Dataset):
-    """Batches of an input and a target, as most training batches are."""
+class _Pairs:
+    """Batches of an input and a target, as most training batches are (a map-style dataset:
+    a length and numbered items)."""
 
     def __len__(self) -> int:
         return BATCHES + 1
@@ -38,6 +37,8 @@ def handover_time() -> float:
     """Seconds the training process waits to take one ready batch of two tensors from a
     worker: the median of ``BATCHES`` takes from a real one-worker DataLoader whose queue is
     full. Measured once per process (about half a second), never while a fit trains."""
+    from torch.utils.data import DataLoader
+
     loader = DataLoader(_Pairs(), batch_size=None, num_workers=1, prefetch_factor=BATCHES + 1)
     batches = iter(loader)
     try:

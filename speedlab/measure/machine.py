@@ -1,22 +1,25 @@
-"""The machine as it is: usable cores, memory and container limits, /dev/shm, GPUs, versions.
+"""The machine as it is: usable cores, memory and container limits, /dev/shm, accelerators,
+versions.
 
 `system_info` describes the static environment for `%speedlab system` and the run store;
 `usable_cpu` and `usable_cores` are what a run may use (affinity and cgroup quota, not the
 host's count).
 
-Nothing here imports torch or lightning: torch is only consulted when the user's code has
-already imported it, and CUDA is never initialised (that would break fork-based workers).
+Nothing here imports torch, torch_xla or lightning: they are only consulted when the user's code
+has already imported them, and CUDA is never initialised (that would break fork-based workers).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import math
 import multiprocessing
 import os
 import platform
 import shutil
 import sys
+from collections import Counter
 from contextlib import suppress
 from pathlib import Path
 from statistics import fmean
@@ -32,13 +35,25 @@ from speedlab.measure.numerics import cpu_math, cpu_math_text, cuda_capability_t
 SHM_PATH = "/dev/shm"
 
 
+def imported(name: str) -> ModuleType | None:
+    """The module ``name`` if the user's code has finished importing it, else None. Never
+    imports it."""
+    module = sys.modules.get(name)
+    # A module still executing its import (perhaps in another thread) has this flag set.
+    if module is None or getattr(module.__spec__, "_initializing", False):
+        return None
+    return module
+
+
 def imported_torch() -> ModuleType | None:
     """torch if the user's code has finished importing it, else None. Never imports it."""
-    torch = sys.modules.get("torch")
-    # A module still executing its import (perhaps in another thread) has this flag set.
-    if torch is None or getattr(torch.__spec__, "_initializing", False):
-        return None
-    return torch
+    return imported("torch")
+
+
+def apple_silicon() -> bool:
+    """Whether this is a Mac with Apple silicon, told as Lightning tells it: the only Macs whose
+    GPU Lightning trains on (``accelerator="mps"``), and whose GPU shares the machine's memory."""
+    return platform.system() == "Darwin" and platform.processor() in ("arm", "arm64")
 
 
 def visible_gpus(count: int) -> list[int]:
@@ -143,8 +158,8 @@ def usable_cores() -> int:
 
 
 def system_info() -> dict[str, Any]:
-    """The static environment: cores and their reduced-precision math, memory, /dev/shm, GPUs,
-    versions, start method.
+    """The static environment: cores and their reduced-precision math, memory, /dev/shm, GPUs
+    and other accelerators, versions, start method.
 
     ``cpu_math`` is ``speedlab.measure.numerics.cpu_math`` (AVX-512, bf16, AMX from the CPU's
     flags); ``torch_cpu_capability`` the vector instructions torch's CPU kernels use, where the
@@ -152,12 +167,14 @@ def system_info() -> dict[str, Any]:
     torch's threads, measured once a process (``speedlab.measure.flops.matmul_peak``). Each of
     ``gpus`` is ``{"name", "memory_bytes",
     "capability"}`` with the CUDA compute capability as ``[major, minor]``, None where it
-    cannot be read without initialising CUDA.
+    cannot be read without initialising CUDA. ``accelerators`` (see ``accelerators``) names
+    every device a run may train on besides the CPU: CUDA GPUs, an Apple GPU, XLA devices.
     """
     memory = psutil.virtual_memory()
     shm = shutil.disk_usage(SHM_PATH) if os.path.isdir(SHM_PATH) else None
     quota, memory_limit = cgroup_limits()
     torch = imported_torch()
+    gpus = _gpus(torch)
     return {
         "cores_logical": psutil.cpu_count(logical=True),
         "cores_physical": psutil.cpu_count(logical=False),
@@ -179,7 +196,8 @@ def system_info() -> dict[str, Any]:
         "lightning": _version("lightning"),
         "pytorch_lightning": _version("pytorch_lightning"),
         "cuda": torch.version.cuda if torch is not None else None,
-        "gpus": _gpus(torch),
+        "gpus": gpus,
+        "accelerators": accelerators(gpus, torch, memory.total),
         "start_method": multiprocessing.get_start_method(allow_none=True)
         # The first method listed is the platform default; asking for it would fix it.
         or multiprocessing.get_all_start_methods()[0],
@@ -213,8 +231,7 @@ def _gpus(torch: ModuleType | None) -> list[dict[str, Any]]:
     count = torch.cuda.device_count()  # uses NVML when it can, so it does not initialise CUDA
     if not torch.cuda.is_initialized():
         return [
-            {"name": f"CUDA device {i}", "memory_bytes": None, "capability": None}
-            for i in range(count)
+            {"name": "CUDA GPU", "memory_bytes": None, "capability": None} for _ in range(count)
         ]
     found = []
     for i in range(count):
@@ -229,6 +246,86 @@ def _gpus(torch: ModuleType | None) -> list[dict[str, Any]]:
     return found
 
 
+def accelerators(
+    gpus: list[dict[str, Any]], torch: ModuleType | None, ram_bytes: int
+) -> list[dict[str, Any]]:
+    """The devices besides the CPU that a run here may train on, each ``{"type", "name",
+    "count", "memory_bytes", "note"}``: ``type`` as ``torch.device.type`` names it,
+    ``memory_bytes`` each device's (None where unknown), ``note`` what the figures mean or why
+    one is missing.
+
+    CUDA GPUs are ``gpus`` (``system_info``'s) grouped by model. An Apple GPU shares the
+    machine's memory, so its memory is ``ram_bytes``. XLA devices are counted only where the
+    user's code has imported torch_xla and started its runtime: importing it picks a device
+    (probing CUDA), and counting starts the runtime.
+    """
+    cuda = Counter(
+        (gpu["name"], gpu["memory_bytes"], tuple(gpu["capability"] or ())) for gpu in gpus
+    )
+    return [
+        *(
+            _accelerator(
+                "cuda",
+                name,
+                count,
+                memory,
+                cuda_capability_text(*capability)
+                if capability
+                else "its model is read through NVML (nvidia-ml-py) or once CUDA has started",
+            )
+            for (name, memory, capability), count in cuda.items()
+        ),
+        *_apple_gpu(torch, ram_bytes),
+        *_xla_devices(),
+    ]
+
+
+def _accelerator(
+    type_name: str, name: str, count: int | None, memory: int | None, note: str
+) -> dict[str, Any]:
+    return {"type": type_name, "name": name, "count": count, "memory_bytes": memory, "note": note}
+
+
+def _apple_gpu(torch: ModuleType | None, ram_bytes: int) -> list[dict[str, Any]]:
+    """The GPU of Apple silicon, where torch's MPS backend works (or, with torch not imported,
+    unchecked)."""
+    shared = "unified memory: its memory is the machine's RAM, shared with the CPU"
+    if not apple_silicon():
+        return []
+    if torch is None:
+        note = f"{shared}; torch is not imported here, so whether MPS works is not checked"
+        return [_accelerator("mps", "Apple GPU", 1, ram_bytes, note)]
+    mps = torch.backends.mps
+    if not mps.is_available():
+        return []
+    # A newer torch names the GPU and counts its cores.
+    name = mps.get_name() if hasattr(mps, "get_name") else "Apple GPU"
+    cores = f"{mps.get_core_count()} GPU cores; " if hasattr(mps, "get_core_count") else ""
+    return [_accelerator("mps", name, 1, ram_bytes, cores + shared)]
+
+
+def _xla_devices() -> list[dict[str, Any]]:
+    """The XLA devices torch_xla would train on, counted where its runtime has started."""
+    xla = imported("torch_xla")
+    if xla is None:
+        if importlib.util.find_spec("torch_xla") is None:
+            return []
+        kind = os.environ.get("PJRT_DEVICE")
+        note = (
+            "torch_xla is installed but not imported here, and importing it picks a device: "
+            "its devices are counted once this process has imported it"
+        )
+        return [_accelerator("xla", kind or "XLA device", None, None, note)]
+    runtime = importlib.import_module("torch_xla.runtime")
+    kind = runtime.device_type() or "XLA device"
+    started = getattr(getattr(xla, "_XLAC", None), "_xla_runtime_is_initialized", bool)()
+    if not started:
+        note = "not counted: XLA's runtime has not started in this process, and counting starts it"
+        return [_accelerator("xla", kind, None, None, note)]
+    count = runtime.global_runtime_device_count()
+    return [_accelerator("xla", kind, count, None, "its memory is not read here")]
+
+
 def format_bytes(n: float | None) -> str:
     """`1536` -> '1.5 KiB'; None -> 'n/a'."""
     if n is None:
@@ -238,13 +335,22 @@ def format_bytes(n: float | None) -> str:
     return f"{n:.0f} B" if power == 0 else f"{n / 1024**power:.1f} {unit}"
 
 
+_NONE_FOUND = (
+    "none found, though with torch not imported here a CUDA GPU is seen only through NVML",
+    "none found: a run here trains on the CPU",
+)
+"""What ``%speedlab system`` says without accelerators: torch imported, or not (then a CUDA GPU
+is found only if nvidia-ml-py is installed)."""
+
+
 def format_system_info(info: dict[str, Any]) -> str:
     """Readable lines for `%speedlab system`."""
     limit = info.get("ram_limit_bytes")
     shm_total = info.get("shm_total_bytes")
-    gpus = "; ".join(_gpu_text(gpu) for gpu in info.get("gpus") or []) or "none"
+    devices = [_accelerator_text(a) for a in info.get("accelerators") or []]
+    torch = info.get("torch") or "not installed"
     if info.get("cuda"):
-        gpus += f" (torch built for CUDA {info['cuda']})"
+        torch += f" (built for CUDA {info['cuda']})"
     cpu_words = cpu_math_text(info.get("cpu_math") or {})
     if info.get("torch_cpu_capability"):
         cpu_words += f"; torch's CPU kernels use {info['torch_cpu_capability']}"
@@ -277,9 +383,14 @@ def format_system_info(info: dict[str, Any]) -> str:
             if shm_total is not None
             else "not available",
         ),
-        ("GPU", gpus),
+        *(
+            ("Accelerators" if i == 0 else "", text)
+            for i, text in enumerate(
+                devices or [_NONE_FOUND[bool(info.get("torch_cpu_capability"))]]
+            )
+        ),
         ("Python", f"{info['python']} on {info['platform']}"),
-        ("torch", info.get("torch") or "not installed"),
+        ("torch", torch),
         ("lightning", info.get("lightning") or "not installed"),
         ("pytorch_lightning", info.get("pytorch_lightning") or "not installed"),
         ("start method", info["start_method"]),
@@ -288,11 +399,15 @@ def format_system_info(info: dict[str, Any]) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
-def _gpu_text(gpu: dict[str, Any]) -> str:
-    """One GPU of ``system_info``: its name, memory and compute capability, where known."""
-    words = [gpu["name"]]
-    if gpu.get("memory_bytes"):
-        words.append(format_bytes(gpu["memory_bytes"]))
-    if gpu.get("capability"):
-        words.append(cuda_capability_text(*gpu["capability"]))
+def _accelerator_text(accelerator: dict[str, Any]) -> str:
+    """One entry of ``accelerators``: its type, count and name, memory and note."""
+    count, memory = accelerator["count"], accelerator["memory_bytes"]
+    words = [
+        f"{accelerator['type'].upper()}: "
+        + (f"{count} x " if count and count > 1 else "")
+        + accelerator["name"]
+    ]
+    if memory:
+        words.append(format_bytes(memory) + (" each" if count and count > 1 else ""))
+    words.append(accelerator["note"])
     return ", ".join(words)

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speedlab.results.knobs import Knobs
 from speedlab.results.prediction import ALLOWED_GUESSES, Guess, GuessError, Prediction
-from speedlab.run.sweep import Before, before_run
 from speedlab.run.watch import LiveView
+
+if TYPE_CHECKING:
+    from speedlab.run.sweep import Before
 
 QUESTION = "Your guess for {label} against the baseline ({allowed}; Enter for none): "
 NO_ONE = "--predict: no one to ask here ({why}): speedlab's predictions only."
-NOTHING_SAID = Before({}, None)
-"""What is said of a baseline run before it runs: nothing (it is what the others are judged by)."""
 
 
 class Asker:
@@ -110,10 +110,18 @@ def typed_guess(field: Any) -> Guess | None:
     return guess
 
 
-def said_before(rows: Sequence[Any], knobs: Knobs, guess: Guess | None, view: LiveView) -> Before:
-    """What is said of a panel run after its baseline before it runs, as a sweep says it of
-    its runs (``before_run``): speedlab's prediction from the first baseline result of each fit
-    of ``rows`` (the panel's ``PanelRun``s so far), shown by ``view`` beside ``guess``."""
+def said_before(
+    rows: Sequence[Any], knobs: Knobs, guess: Guess | None, view: LiveView, *, baseline: bool
+) -> Before:
+    """What is said of a panel run before it runs, as a sweep says it of its runs
+    (``before_run``): nothing of a ``baseline`` run (it is what the others are judged by); of
+    another, speedlab's prediction from the first baseline result of each fit of ``rows`` (the
+    panel's ``PanelRun``s so far), shown by ``view`` beside ``guess``. The engine is imported
+    here, not with the module: the live views use this module and run without torch."""
+    from speedlab.run.sweep import Before, before_run
+
+    if baseline:
+        return Before({}, None)
     first: dict[int | None, Any] = {}
     for row in rows:
         if row.baseline:

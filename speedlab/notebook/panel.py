@@ -57,7 +57,7 @@ from speedlab.notebook.controls import (
     value_text,
 )
 from speedlab.notebook.diagnosis import findings_list_html
-from speedlab.notebook.guessing import NOTHING_SAID, guess_field, said_before, typed_guess
+from speedlab.notebook.guessing import guess_field, said_before, typed_guess
 from speedlab.notebook.live import NotebookView
 from speedlab.notebook.tables import verdict_text
 from speedlab.results.knobs import KNOBS, KnobError, Knobs, explain
@@ -311,7 +311,7 @@ class Panel:
         with replies_to(view.request):  # the run's widget updates reply to what started it
             try:
                 plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
-                said = NOTHING_SAID if baseline else said_before(self.runs, knobs, guess, view)
+                said = said_before(self.runs, knobs, guess, view, baseline=baseline)
                 with self.library.capture():
                     sweep = profile(
                         self.train_fn,

@@ -68,6 +68,8 @@ class Finding(Record):
         summary: what limits the step and by how much, in a few words, with what to do where
             no knob is named (the headline adds the knob); empty in findings stored by
             speedlab 0.1, whose headline is their evidence.
+        predicted: speedlab's predicted speedup of the run with the knob's value
+            (speedlab.analysis.predict), where its split can predict it; the headline names it.
     """
 
     kind: Kind
@@ -77,6 +79,7 @@ class Finding(Record):
     severity: Severity = Severity.warn
     value: Any = None
     summary: str = ""
+    predicted: float | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -89,10 +92,13 @@ class Finding(Record):
 
     @property
     def headline(self) -> str:
-        """The finding in one sentence: its summary and the knob to try."""
+        """The finding in one sentence: its summary and the knob to try, with speedlab's
+        prediction for it."""
         if not self.summary:
             return self.evidence
         tried = f"; try {option_text(self.knob, self.value)}" if self.knob else ""
+        if self.knob and self.predicted is not None:
+            tried += f" (predicted {self.predicted:.1f}x)"
         return f"{self.summary}{tried}."
 
     @property

@@ -179,6 +179,7 @@ def _assemble(
     measured = fit.probe.result() if fit.probe.ran else RunResult()
     device = device_for(measured.device)
     workload = measured.workload | fit.workload() | {"math": device.math()}
+    workload["handover"] = handover_time()  # this machine's, for predictions from this run
     if session.matmul_changes is not None:
         workload["matmul_changes"] = session.matmul_changes
     error = measured.error
@@ -288,8 +289,7 @@ def before_run(
     guess = ask(label) if ask is not None else None
     if knobs.workers == "auto":
         knobs = replace(knobs, workers=resolve_workers("auto", knobs.devices or 1)[0])
-    handover = handover_time() if knobs.workers else 0.0
-    predictions = {base.fit: predict(base, knobs, handover=handover) for base in baseline}
+    predictions = {base.fit: predict(base, knobs) for base in baseline}
     view.predicted(label, next(iter(predictions.values()), None), guess)
     return Before(predictions, guess)
 

@@ -165,3 +165,5 @@ def test_a_pageable_copy_is_its_own_part_not_io_and_pinning_is_suggested() -> No
     assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))
     pinned = replace(run, knobs={"pin_memory": True})
     assert the(diagnose(pinned), "copy_bound").knob is None
+    apple = the(diagnose(replace(run, device="mps")), "copy_bound")  # unified memory: no pinning
+    assert apple.knob is None and "Pinned memory does not act on the GPU's copies" in apple.advice

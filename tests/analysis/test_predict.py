@@ -8,9 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from speedlab.analysis.predict import predict, prediction_gap, prediction_off, prediction_said
+from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.predict import (
+    predict,
+    prediction_gap,
+    prediction_off,
+    prediction_said,
+    with_prediction,
+)
 from speedlab.measure.devices import device_for
 from speedlab.results.comparison import Comparison
+from speedlab.results.findings import Finding
 from speedlab.results.knobs import Knobs
 from speedlab.results.prediction import FAR_OFF, Prediction
 from speedlab.results.run import RunResult
@@ -29,9 +37,11 @@ def baseline(
     busy: float = 0.0,
     threads: int = 1,
     knobs: dict | None = None,
+    handover: float = 0.0,
 ) -> RunResult:
     """A baseline of these step times on 2 quiet cores, its loader (in the main process)
-    keeping ``busy`` of a core busy while it loads: the training thread's CPU says so."""
+    keeping ``busy`` of a core busy while it loads: the training thread's CPU says so; a ready
+    batch from a worker takes ``handover`` on its machine."""
     step = data_s + batch_s
     thread = (batch_s + busy * data_s) / step * 100
     system = SystemSummary(
@@ -46,13 +56,14 @@ def baseline(
         knobs=Knobs(**(knobs or {"workers": 0})),
         records=records_of(40, data_s, batch_s, BATCH),
         system=system,
+        workload={"handover": handover},
     )
 
 
 def test_workers_spread_a_waiting_loader_over_the_step() -> None:
     """24 ms of waiting for storage a batch, 10 ms of compute: 3 workers make a batch every
     8 ms, under the step, so the step is its compute and the hand-over: 34 / 11 ms."""
-    p = predict(baseline(), Knobs(workers=3), handover=0.001)
+    p = predict(baseline(handover=0.001), Knobs(workers=3))
     assert p.speedup == pytest.approx(0.034 / 0.011, rel=1e-6)
     assert p.low == p.high == p.speedup  # nothing competes for the cores: one figure
     assert (p.data_time, p.batch_time) == pytest.approx((0.001, 0.010))
@@ -64,7 +75,7 @@ def test_busy_loaders_need_more_cpu_than_the_cores_give() -> None:
     """A loader busy all the time beside a one-thread model: the CPU a step needs, 10 ms of
     compute and 24 ms of loading, over 2 cores is 17 ms, not the 10 ms of compute; without that
     contention (the range's top) it would be 11 ms."""
-    p = predict(baseline(busy=1.0), Knobs(workers=3), handover=0.001)
+    p = predict(baseline(busy=1.0, handover=0.001), Knobs(workers=3))
     assert p.speedup == pytest.approx(0.034 / 0.018, rel=1e-6)
     assert (p.low, p.high) == pytest.approx((0.034 / 0.018, 0.034 / 0.011))
     assert "more CPU than the 2.0 free cores give" in p.reason and p.text() == "1.9x to 3.1x"
@@ -98,7 +109,7 @@ def test_working_workers_hold_up_torch_threads_that_fill_the_cores() -> None:
 
 def test_too_few_workers_leave_the_loader_the_limit() -> None:
     """One worker makes a batch every 24 ms, longer than the 10 ms step: the step waits for it."""
-    p = predict(baseline(), Knobs(workers=1), handover=0.001)
+    p = predict(baseline(handover=0.001), Knobs(workers=1))
     assert p.speedup == pytest.approx(0.034 / 0.024)
     assert p.data_time == pytest.approx(0.014) and "over the 10.0 ms of compute" in p.reason
 
@@ -138,7 +149,7 @@ def test_batch_size_is_a_range_between_per_sample_and_per_step_costs() -> None:
 @pytest.mark.parametrize(
     ("knobs", "said"),
     [
-        ({"pin_memory": True}, "only speeds copies to a GPU"),
+        ({"pin_memory": True}, "only speeds copies to a CUDA GPU"),
         ({"persistent_workers": True}, "steady steps leave out"),
         ({}, "the same configuration"),
     ],
@@ -182,6 +193,24 @@ def test_what_the_split_cannot_predict_says_why(knobs: dict, said: str) -> None:
 def test_going_back_from_a_knob_the_baseline_had_is_not_guessed(was, now, said) -> None:
     p = predict(baseline(knobs={"workers": 0, **was}), Knobs(workers=0, **now))
     assert p.speedup is None and said in p.reason
+
+
+def test_a_finding_names_the_prediction_for_the_knob_it_suggests() -> None:
+    """The doctor's io_bound finding on a waiting loader suggests workers; its headline carries
+    speedlab's prediction of the run with them. A knob the split cannot predict gets none."""
+    base = baseline(handover=0.001)
+    io = Finding("io_bound", "waits", "try workers", "workers", "critical", 2, "Waiting")
+    expected = predict(base, Knobs(workers=2)).speedup
+    assert with_prediction(base, io).predicted == expected
+    assert (
+        with_prediction(base, io).headline
+        == f"Waiting; try --workers 2 (predicted {expected:.1f}x)."
+    )
+    assert [f.predicted for f in diagnose(base) if f.kind == "io_bound"] == [expected]
+    bf16 = replace(io, knob="precision", value="bf16-mixed")
+    assert with_prediction(base, bf16).predicted is None
+    trainer = replace(io, knob="trainer.max_epochs", value=2)
+    assert with_prediction(base, trainer) is trainer
 
 
 def test_no_prediction_without_a_measured_baseline() -> None:

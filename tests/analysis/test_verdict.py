@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from speedlab.analysis.compare import compare
@@ -38,7 +39,7 @@ def test_advice_this_sweep_already_measured_says_what_it_measured_instead_of_try
     assert sweep.best is sweep.baseline
     alone = the(judge_sweep([base]).diagnosis, "io_bound")
     assert (alone.knob, alone.value) == ("workers", 2)
-    assert alone.headline.endswith("; try --workers 2.")
+    assert re.search(r"; try --workers 2 \(predicted \d+\.\dx\)\.$", alone.headline)
     found = the(sweep.diagnosis, "io_bound")
     assert found.knob is None and "try --workers" not in found.headline
     assert found.headline.endswith("; this sweep measured --workers 2.")

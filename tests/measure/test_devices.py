@@ -22,6 +22,7 @@ from speedlab.measure.devices import (
     CpuDevice,
     CudaDevice,
     Device,
+    MpsDevice,
     PlainDevice,
     available_devices,
     default_device,
@@ -44,7 +45,7 @@ from tests.simulated_device import (
     [
         ("cpu", CpuDevice, "cpu", False, False),
         ("cuda", CudaDevice, "GPU", True, True),
-        ("mps", PlainDevice, "GPU", False, False),
+        ("mps", MpsDevice, "GPU", True, False),
         ("xla", PlainDevice, "TPU", False, False),
         ("hpu", PlainDevice, "hpu", False, False),  # unknown: synchronous, named by its type
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -305,7 +306,8 @@ def test_nothing_imports_torch() -> None:
             pass
         summary = sampler.stop()
         print(json.dumps([info, summary.torch_threads, summary.gpu_util_percent,
-                          sorted(m for m in ("torch", "lightning") if m in sys.modules)]))
+                          sorted(m for m in ("torch", "lightning", "torch_xla")
+                                 if m in sys.modules)]))
         """
     env = {
         **os.environ,
@@ -324,6 +326,10 @@ def test_nothing_imports_torch() -> None:
     assert torch_threads is None and gpu_util is None
     assert info["torch"] == installed("torch") and info["lightning"] == installed("lightning")
     assert info["gpus"] == [] and info["cuda"] is None
+    # On Linux without NVML nor torch imported: no accelerator, and torch_xla, where it is
+    # installed, is only named, never imported.
+    xla = importlib.util.find_spec("torch_xla") is not None
+    assert [(a["type"], a["count"]) for a in info["accelerators"]] == [("xla", None)] * xla
     assert info["torch_cpu_capability"] is None  # torch's own answer needs torch imported
     assert set(info["cpu_math"]) == {"avx512", "bf16", "amx"}
 
@@ -390,11 +396,12 @@ def test_each_gpu_is_described_with_its_memory_and_compute_capability(
         {"name": "Tesla T4", "memory_bytes": 15 * 2**30, "capability": [7, 5]},
     ]
     json.dumps(info)
-    gpu_line = next(x for x in format_system_info(info).splitlines() if x.startswith("GPU "))
-    assert gpu_line.split(None, 1)[1].startswith(
-        "NVIDIA H100 80GB HBM3, 80.0 GiB, compute capability 9.0 (bf16 and TF32 native); "
-        "Tesla T4, 15.0 GiB, compute capability 7.5 (fp16 tensor cores, no native bf16 or TF32)"
-    )
+    text = format_system_info(info)
+    assert (
+        "\nAccelerators       CUDA: NVIDIA H100 80GB HBM3, 80.0 GiB, compute capability 9.0 "
+        "(bf16 and TF32 native)\n                   CUDA: Tesla T4, 15.0 GiB, compute capability "
+        "7.5 (fp16 tensor cores, no native bf16 or TF32)\n"
+    ) in text
 
 
 def test_without_nvml_the_gpus_details_come_from_torch_once_cuda_has_started(
@@ -415,9 +422,7 @@ def test_without_nvml_the_gpus_details_come_from_torch_once_cuda_has_started(
         get_device_properties=lambda i: props,
     )
     torch = SimpleNamespace(cuda=cuda)
-    assert machine._gpus(torch) == [
-        {"name": "CUDA device 0", "memory_bytes": None, "capability": None}
-    ]
+    assert machine._gpus(torch) == [{"name": "CUDA GPU", "memory_bytes": None, "capability": None}]
     started = True
     assert machine._gpus(torch) == [
         {"name": "NVIDIA A100", "memory_bytes": 40 * 2**30, "capability": [8, 0]}

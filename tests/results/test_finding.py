@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from speedlab.results.findings import Finding
 
 IO = Finding(
@@ -22,6 +24,15 @@ def test_the_headline_says_what_limits_the_step_and_the_knob_to_try() -> None:
         IO.details
         == "Each step waits 24.0 ms for data and computes 10.0 ms. Workers keep reads in flight."
     )
+
+
+def test_the_headline_names_speedlabs_prediction_for_the_knob() -> None:
+    predicted = replace(IO, predicted=2.84)
+    assert predicted.headline == (
+        "Waiting for storage takes 71% of each step; try --workers 2 (predicted 2.8x)."
+    )
+    assert Finding.from_dict(predicted.to_dict()) == predicted  # stored with the finding
+    assert replace(predicted, knob=None).headline.endswith("of each step.")  # no knob, no figure
 
 
 def test_plain_text_gives_the_headline_then_everything_else() -> None:

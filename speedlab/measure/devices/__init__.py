@@ -2,8 +2,8 @@
 registry that gives each ``torch.device.type`` its device.
 
 The probe, the run and the texts ask ``device_for(run.device)`` (or ``default_device()`` before a
-run has a device), never ``if device == "cuda"``. A new device (MPS, XLA) is a module here with
-a ``Device`` subclass, and its entry in ``DEVICES``.
+run has a device), never ``if device == "cuda"``. A new device (XLA) is a module here with a
+``Device`` subclass, and its entry in ``DEVICES``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from speedlab.measure.devices.cpu import CpuDevice
 from speedlab.measure.devices.cuda import CudaDevice
 from speedlab.measure.devices.device import Device
+from speedlab.measure.devices.mps import MpsDevice
 from speedlab.measure.devices.plain import PlainDevice
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "CpuDevice",
     "CudaDevice",
     "Device",
+    "MpsDevice",
     "PlainDevice",
     "available_devices",
     "default_device",
@@ -29,13 +31,13 @@ __all__ = [
 
 DEVICES: dict[str, Callable[[], Device]] = {
     "xla": lambda: PlainDevice("xla", name="TPU"),
-    "mps": lambda: PlainDevice("mps", name="GPU"),
+    "mps": MpsDevice,
     "cuda": CudaDevice,
     "cpu": CpuDevice,
 }
 """Each ``torch.device.type`` speedlab knows, and how to make its device, in the order
-Lightning's ``accelerator="auto"`` prefers them (the CPU last). MPS and XLA have no module of
-their own yet: they are timed as synchronous devices and only named for the texts."""
+Lightning's ``accelerator="auto"`` prefers them (the CPU last). XLA has no module of its own
+yet: it is timed as a synchronous device and only named for the texts."""
 
 
 def device_for(type_name: str) -> Device:
