@@ -15,6 +15,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import speedlab
+from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
 from speedlab.results.knobs import KnobError, Knobs
@@ -248,7 +249,12 @@ def test_a_bursty_loaders_figures_add_up_to_its_throughput_and_meet_the_known_an
     truth = 16 * (last - first + 1) / (stamps.ends[last] - stamps.ends[first - 1])
     assert run.samples_per_s == pytest.approx(truth, rel=0.10)
     assert run.samples_per_s < 1.05 * 3 * 16 / 0.064
-    assert run.data_share > 0.2  # the loader, not the 10 ms step, sets the pace
+    # The loader, not the 10 ms step, sets the pace: the steps wait for it, beyond the doctor's
+    # data-bound mark. Not by a fixed share: beside 3 workers on 2 cores batch_time is about
+    # 17 ms (the busy-wait and the step's own work), so the wait is what is left of 21.3 ms a
+    # batch plus each hand-over (2.7 ms here), measured at shares of 0.196 (a clean-clone CI
+    # run) to 0.34.
+    assert run.data_share > DATA_SHARE_WARN
 
 
 def test_each_run_after_the_baseline_is_guessed_then_predicted_before_it_runs(
