@@ -157,6 +157,7 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
         return Prediction(None, "workers=auto: the count is chosen when the run starts")
     reasons: list[str] = []
     inert: list[str] = []
+    restart_gain, restart_note = 1.0, ""
     low = high = point = split
     workers = base.loader_workers() if knobs.workers is None else int(knobs.workers)
     for knob in changed:
@@ -167,10 +168,19 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
             else:
                 return Prediction(None, _pinned(base, value))
         elif knob == "persistent_workers":
-            inert.append(
-                f"persistent_workers={_on(value)} only changes the start of each epoch, "
-                "which the steady steps leave out"
-            )
+            restarts = _restarts(base, workers, value)
+            if restarts is None:
+                inert.append(
+                    f"persistent_workers={_on(value)} only changes the start of each epoch, "
+                    "which the steady steps leave out"
+                )
+            else:
+                restart_gain = restarts
+                restart_note = (
+                    "persistent_workers=on: each epoch's first batch is left out of the steady "
+                    "steps, but the rounds after a restart still wait for the new workers: up to "
+                    f"the typical step's pace ({restarts:.1f}x)"
+                )
         elif knob == "matmul":
             said = _matmul_inert(base, value)
             if said is None:
@@ -210,6 +220,16 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
                 f"{knob}={value}: the baseline ran with {knob}={base.ran.get(knob)}, whose split "
                 "does not show what changing it back costs",
             )
+    if not reasons and restart_note:
+        return Prediction(
+            1.0,
+            "; ".join([restart_note, *inert]),
+            1.0,
+            restart_gain,
+            base.data_time,
+            base.batch_time,
+        )
+    reasons += [restart_note] if restart_note else []
     if not reasons:
         said = "; ".join(inert) or "the same configuration as the baseline"
         return Prediction(
@@ -220,6 +240,7 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
         _samples_per_s(s, workers, contended) / before
         for s, contended in ((low, True), (point, True), (high, False))
     ]
+    speedups[2] *= restart_gain
     compute, data = point.step(workers)
     speedup = speedups[1]
     said = "; ".join(reasons + inert)
@@ -232,6 +253,19 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
 
 def _on(value: object) -> str:
     return "on" if value else "off"
+
+
+def _restarts(base: RunResult, workers: int, value: object) -> float | None:
+    """What keeping the workers may gain in the steady steps, at most: the baseline's steps at
+    the typical (median) step's pace, where its workers restarted within them (several epochs,
+    not persistent); None where the knob cannot change the steady steps."""
+    if not (workers and value) or base.ran.get("persistent_workers"):
+        return None
+    epochs = {base.records["epoch"][i] for i in base.steady.steps}
+    typical = base.steady.typical_step
+    if len(epochs) < 2 or not typical > 0:
+        return None
+    return max(1.0, base.step_time / typical)
 
 
 def _off(value: object) -> bool:
