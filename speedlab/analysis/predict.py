@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
@@ -192,9 +193,8 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
             inert.append(said.rstrip("."))
         elif knob == "preload" and value in ("ram", "shm") and _off(base.ran.get("preload")):
             kept = split.making * split.busy
-            low, point, high = (
-                replace(s, making=s.making * s.busy * share)
-                for s, share in ((low, 1.0), (point, 0.5), (high, 0.0))
+            low, point, high = _spread(
+                (low, point, high), lambda s, share: replace(s, making=s.making * s.busy * share)
             )
             gone = "reading and decoding" if value == "ram" else "the storage wait"
             stays = (
@@ -205,8 +205,8 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
                 f"make a batch; at most its busy part ({fmt_ms(kept)}: {stays}) stays"
             )
         elif knob == "batch_size":
-            low, point, high = (
-                _batch(s, value, share) for s, share in ((low, 1.0), (point, 0.5), (high, 0.0))
+            low, point, high = _spread(
+                (low, point, high), lambda s, share, size=value: _batch(s, size, share)
             )
             reasons.append(
                 f"batch_size={value}: loading grows with the samples; the compute between "
@@ -249,6 +249,15 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
         f"{fmt_ms(base.step_time)}: about {speedup:.1f}x"
     )
     return Prediction(speedup, f"{said}, {result}", min(speedups), max(speedups), data, compute)
+
+
+def _spread(
+    splits: tuple[Split, Split, Split], change: Callable[[Split, float], Split]
+) -> tuple[Split, Split, Split]:
+    """The (low, point, high) splits with a knob's ``change``, which keeps all of its cost on
+    the low end, half of it at the point and none on the high end (``share`` 1.0, 0.5, 0.0)."""
+    low, point, high = splits
+    return change(low, 1.0), change(point, 0.5), change(high, 0.0)
 
 
 def _on(value: object) -> str:
