@@ -257,6 +257,7 @@ def _quickstart(f: dict) -> None:
     "01_where_the_time_goes",
     "{'data': known.data_time, 'batch': known.batch_time, 'arith': [r.data_time for r in arith.runs],"
     " 'arith_batch': [r.batch_time for r in arith.runs],"
+    " 'handover': arith.runs[1].workload['handover'],"
     " 'workers_seen': sorted(set(arith.runs[2].records['pipeline']['worker'])), "
     + sweep_probe("arith")
     + "}",
@@ -271,9 +272,12 @@ def _where(f: dict) -> None:
         assert (
             f"data_time {data * 1e3:5.1f} ms, arithmetic {expected * 1e3:4.1f} ms" in f["printed"]
         )
-    # The arithmetic: a step of at least 10 ms leaves 1 worker at most 16 - 10 = 6 ms of wait,
-    # 2 workers about none; each batch's hand-over from a worker adds a little
-    assert one < 0.010 and two < none / 2 + 0.002
+    # The arithmetic: a worker making a batch in the main process's wait (16 ms, more where the
+    # OS wakes its sleeps late) beside a step of at least 10 ms leaves 1 worker that wait less
+    # the step, 2 workers about none; each batch's hand-over from a worker (measured on this
+    # machine: about 2.7 ms on 2 cores) comes on top.
+    assert one < max(0.0, none - f["arith_batch"][1]) + f["handover"] + 0.002
+    assert two < none / 2 + 0.002
     assert f["workers_seen"] == [0, 1]
     assert_verdicts(f, "arith")
     assert_asked_once(f)
