@@ -4,6 +4,7 @@
 #   make test   set up (chromium included, for the browser tests), lint (format, style, layers),
 #               run the whole test suite, then its torch-free part on the oldest and newest Python
 #   make test-pythons   the whole suite on every Python the project claims, one venv each
+#   make test-xla       the XLA tests on XLA's CPU runtime, in .venv-xla (torch and torch-xla 2.9.0)
 
 VENV   ?= .venv
 PYTHON ?= python3
@@ -45,7 +46,7 @@ on-python = @if ! .ci/python-for $(1) >/dev/null; then \
 		echo "Python $(1) not found: skipped"; exit 0; \
 	fi; $(2)
 
-.PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges
+.PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges venvs setup-xla test-xla
 
 setup: $(STAMP)
 
@@ -104,9 +105,34 @@ format: setup
 	$(VENV)/bin/ruff format speedlab tests benchmarks examples
 	$(VENV)/bin/ruff check --fix speedlab tests benchmarks examples
 
-test: setup browser-deps lint
+# The two venvs download side by side; then the main suite, the edges and XLA.
+test: venvs browser-deps lint
 	$(VENV)/bin/pytest
 	$(MAKE) test-edges
+	$(MAKE) test-xla
+
+venvs:
+	$(MAKE) -j2 setup setup-xla
+
+# XLA on its CPU runtime (tests/xla): torch-xla 2.9.0 needs torch 2.9.0, in a venv of its own
+# beside the main one's torch. PyPI's torch 2.9.0 carries CUDA: about 7 GB, which the registry
+# gave in under 3 minutes. PJRT_DEVICE=CPU must be set before torch_xla is imported.
+XLA_VENV ?= .venv-xla
+XLA_TORCH ?= torch==2.9.0
+XLA_PINS ?= "$(XLA_TORCH)" torch-xla==2.9.0
+XLA_TESTS ?= tests/xla tests/measure/devices/test_xla.py
+
+setup-xla: $(XLA_VENV)/.installed
+
+$(XLA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_PINS)
+	$(XLA_VENV)/bin/python -m pip install --quiet -e . pytest pytest-timeout "$(XLA_TORCH)"
+	touch $@
+
+test-xla: setup-xla
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/pytest -p no:cacheprovider $(XLA_TESTS)
 
 # `make test-python-3.13 PYTEST_ARGS=tests/results`: the suite (or a part) on one Python, in
 # .venv-3.13. pip takes torch's CPU build from local disk only where one lies there (3.11 on the
@@ -139,4 +165,4 @@ test-edge-%:
 test-edges: $(addprefix test-edge-,$(EDGE_PYTHONS))
 
 clean:
-	rm -rf $(VENV) .venv-3.* .edge-3.* .pytest_cache .ruff_cache .speedlab
+	rm -rf $(VENV) .venv-3.* .edge-3.* $(XLA_VENV) .pytest_cache .ruff_cache .speedlab

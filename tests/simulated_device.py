@@ -80,7 +80,7 @@ class SimulatedDevice(CpuDevice):
     def synchronize(self) -> None:
         self.queue.join()
 
-    def timeline(self) -> EventTimeline:
+    def timeline(self, warmup: int = 0) -> EventTimeline:
         return EventTimeline(self.event, self.synchronize)
 
     def _run(self) -> None:

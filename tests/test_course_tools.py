@@ -278,8 +278,12 @@ def otter_run(dist: Path, student: str, change: str | None) -> dict | str:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_otter_run_scores_the_submissions(otter_dist: Path) -> None:
+    """A pass scores full points, a fail none. The fail is the submission that changed the data,
+    told after one pair; the untouched one, three full pairs to a fail, is nbgrader's above."""
     refused = {}
     for student, change in SUBMISSIONS.items():
+        if student == "untouched":
+            continue
         test = otter_run(otter_dist, student, change)
         if isinstance(test, str):
             refused[student] = test

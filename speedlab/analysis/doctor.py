@@ -3,7 +3,7 @@
 ``diagnose(run)`` reads one RunResult and returns Findings: what limits the run (``kind``),
 the figures that show it (``evidence``), what to do (``advice``) and the knob to try. Each
 family of rules, with its thresholds, lives in its own module of speedlab.analysis (data,
-model, phases, stragglers, host_sync, traps, ranks); this one runs them in the doctor's order.
+model, phases, stragglers, host_sync, traps, ranks, recompiling); this one runs them in the doctor's order.
 What only a sweep shows is ``diagnose_sweep`` (analysis/verdict.py); the line to run next,
 ``next_experiment``, is speedlab/run/next_step.py.
 
@@ -22,6 +22,7 @@ from speedlab.analysis.model import model_bound, overhead_bound
 from speedlab.analysis.phases import epoch_start, validation_heavy
 from speedlab.analysis.predict import with_prediction
 from speedlab.analysis.ranks import rank_findings
+from speedlab.analysis.recompiling import recompiling
 from speedlab.analysis.stragglers import worker_straggler
 from speedlab.analysis.traps import notebook_traps
 from speedlab.results.findings import Finding
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["diagnose"]
 
 _FIGURE_RULES = (
+    recompiling,
     data_bound,
     overhead_bound,
     oversubscribed,

@@ -35,7 +35,7 @@ from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
-from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.devices.events import Timeline
 from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
@@ -112,7 +112,7 @@ class _SpeedProbeCore:
         self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
-        self._timeline: EventTimeline | None = None
+        self._timeline: Timeline | None = None
         self._syncs: SyncWatch | None = None
         self._flops = FlopWatch(None)
         self._watches: tuple[SyncWatch | FlopWatch, ...] = ()
@@ -263,8 +263,11 @@ class _SpeedProbeCore:
 
     def _counted_step(self, pl_module: Any) -> int | None:
         """The step whose FLOPs are counted: the last warm-up step, which no figure counts;
-        None without warm-up or around a compiled module."""
+        None without warm-up, around a compiled module, or where counting would change the
+        step (``Device.counts_flops``)."""
         if not self.warmup or self.compiled or is_compiled(pl_module):
+            return None
+        if not device_for(str(pl_module.device.type)).counts_flops:
             return None
         return self.warmup - 1
 
@@ -294,7 +297,7 @@ class _SpeedProbeCore:
         }
         self.device = str(pl_module.device.type)
         device = device_for(self.device)
-        self._timeline = device.timeline()
+        self._timeline = device.timeline(self.warmup)
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
         self._syncs = device.sync_watch(self.warmup)
@@ -391,6 +394,7 @@ class _SpeedProbeCore:
         for phase, wall in zip(r["phase"], r["wall"]):
             phases[phase] += wall
         phases = {**self.phases, **phases}
+        phases[Phase.compile] += sum(r.get("compile_time", ()))  # an XLA device's compilations
         notes = []
         if r["data_time"] and Phase.steady not in r["phase"]:
             notes.append(

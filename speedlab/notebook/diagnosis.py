@@ -27,7 +27,9 @@ KIND_PARTS = {
         ("notebook_trap", "io_bound", "cpu_bound", "copy_bound", "oversubscribed"), "data"
     ),
     **dict.fromkeys(("epoch_start", "preload_payback"), "data"),
-    **dict.fromkeys(("overhead_bound", "host_sync", "model_bound", "compile_payback"), "step"),
+    **dict.fromkeys(
+        ("recompiling", "overhead_bound", "host_sync", "model_bound", "compile_payback"), "step"
+    ),
 }
 """The part of training a finding with no knob to try is about, by its kind; the verdict, a
 straggler (a worker or a rank) and validation are about every sweep."""

@@ -21,6 +21,7 @@ class Kind(Name):
 
     verdict = "verdict"
     notebook_trap = "notebook_trap"
+    recompiling = "recompiling"
     overhead_bound = "overhead_bound"
     io_bound = "io_bound"
     cpu_bound = "cpu_bound"

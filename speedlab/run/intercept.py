@@ -22,10 +22,10 @@ from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.dataset import fingerprint
-from speedlab.measure.devices import Device, available_devices, default_device
+from speedlab.measure.devices import Device, available_devices, default_device, device_for
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
-from speedlab.results.knobs import DATA_KNOBS, Knobs, check_number
+from speedlab.results.knobs import DATA_KNOBS, KnobRefused, Knobs, check_number
 from speedlab.run.compiling import CompiledStep, compile_step
 from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_threads_note
 from speedlab.run.loaders import (
@@ -379,8 +379,17 @@ class Intercept:
         return fit
 
     def _prepare(self, args: dict[str, Any], record: FitRecord, preloaded: list[Preloaded]) -> None:
-        """Compile the model and rebuild the training data source, as the knobs ask."""
+        """Refuse the knobs that cannot act on the fit's device, then compile the model and
+        rebuild the training data source, as the knobs ask."""
         k = self.knobs
+        try:
+            device = device_for(str(record.trainer.strategy.root_device.type))
+        except RuntimeError:  # XLA's several-device strategy names it only in its processes
+            device = None
+        for knob in ("compile", "pin_memory") if device is not None else ():
+            why = device.refusal(knob, getattr(k, knob))
+            if why is not None:
+                raise KnobRefused(why)
         model = args["model"]
         record.model = getattr(model, "_orig_mod", model)
         if k.compile not in (None, "off"):  # forward and the submodules, not training_step

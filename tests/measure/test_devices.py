@@ -25,6 +25,7 @@ from speedlab.measure.devices import (
     Device,
     MpsDevice,
     PlainDevice,
+    XlaDevice,
     available_devices,
     default_device,
     device_for,
@@ -47,7 +48,7 @@ from tests.simulated_device import (
         ("cpu", CpuDevice, "cpu", False, False),
         ("cuda", CudaDevice, "GPU", True, True),
         ("mps", MpsDevice, "GPU", True, False),
-        ("xla", PlainDevice, "TPU", False, False),
+        ("xla", XlaDevice, "TPU", True, False),
         ("hpu", PlainDevice, "hpu", False, False),  # unknown: synchronous, named by its type
     ],
 )
@@ -62,7 +63,7 @@ def test_each_device_type_gets_its_device(
 @pytest.mark.parametrize("type_name", [*DEVICES, "hpu"])
 def test_a_device_has_a_timeline_exactly_when_it_is_asynchronous(type_name: str) -> None:
     device = device_for(type_name)  # CUDA's timeline makes no event until a step is marked
-    assert (device.timeline() is not None) == device.asynchronous
+    assert (device.timeline(5) is not None) == device.asynchronous
 
 
 def test_the_cpu_is_the_last_choice_and_always_there() -> None:

@@ -2,8 +2,8 @@
 registry that gives each ``torch.device.type`` its device.
 
 The probe, the run and the texts ask ``device_for(run.device)`` (or ``default_device()`` before a
-run has a device), never ``if device == "cuda"``. A new device (XLA) is a module here with a
-``Device`` subclass, and its entry in ``DEVICES``.
+run has a device), never ``if device == "cuda"``. A new device (an NPU) is a module here with a
+``Device`` subclass, and its entry in ``DEVICES``, as XLA's is.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from speedlab.measure.devices.cuda import CudaDevice
 from speedlab.measure.devices.device import Device
 from speedlab.measure.devices.mps import MpsDevice
 from speedlab.measure.devices.plain import PlainDevice
+from speedlab.measure.devices.xla import XlaDevice
 
 __all__ = [
     "DEVICES",
@@ -23,6 +24,7 @@ __all__ = [
     "Device",
     "MpsDevice",
     "PlainDevice",
+    "XlaDevice",
     "available_devices",
     "default_device",
     "device_for",
@@ -30,14 +32,13 @@ __all__ = [
 ]
 
 DEVICES: dict[str, Callable[[], Device]] = {
-    "xla": lambda: PlainDevice("xla", name="TPU"),
+    "xla": XlaDevice,
     "mps": MpsDevice,
     "cuda": CudaDevice,
     "cpu": CpuDevice,
 }
 """Each ``torch.device.type`` speedlab knows, and how to make its device, in the order
-Lightning's ``accelerator="auto"`` prefers them (the CPU last). XLA has no module of its own
-yet: it is timed as a synchronous device and only named for the texts."""
+Lightning's ``accelerator="auto"`` prefers them (the CPU last)."""
 
 
 def device_for(type_name: str) -> Device:

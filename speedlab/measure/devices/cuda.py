@@ -37,7 +37,7 @@ class CudaDevice(Device):
 
         return torch.cuda.is_available()
 
-    def timeline(self) -> EventTimeline:
+    def timeline(self, warmup: int) -> EventTimeline:
         """Events with timing in the current stream, one synchronize at the end."""
         import torch
 

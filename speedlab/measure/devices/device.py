@@ -9,10 +9,10 @@ fork-based DataLoader workers and ``ddp_notebook`` ranks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from speedlab.measure.devices.events import EventTimeline
+    from speedlab.measure.devices.events import Timeline
     from speedlab.measure.syncs import SyncWatch
 
 
@@ -30,6 +30,9 @@ class Device(ABC):
             None).
         pins_memory: whether a DataLoader's ``pin_memory`` acts there (page-locked host memory
             speeds the batch's copy to it).
+        counts_flops: whether the probe may count a step's FLOPs there (torch's
+            ``FlopCounterMode`` runs the step's operations through Python) without changing
+            what the step does.
 
     Example::
 
@@ -41,6 +44,7 @@ class Device(ABC):
     name: str
     asynchronous: bool = False
     pins_memory: bool = False
+    counts_flops: bool = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(type={self.type!r}, name={self.name!r})"
@@ -49,9 +53,10 @@ class Device(ABC):
     def is_available(self) -> bool:
         """Whether a run in this process may train on it."""
 
-    def timeline(self) -> EventTimeline | None:
-        """A new timeline of a step's edges in the device's queue; None where the host's clock
-        is the device's (a synchronous device)."""
+    def timeline(self, warmup: int) -> Timeline | None:
+        """A new timeline of a step's edges on the device, for a run whose first ``warmup``
+        steps are left out; None where the host's clock is the device's (a synchronous
+        device)."""
         return None
 
     def sync_watch(self, warmup: int) -> SyncWatch | None:
@@ -76,6 +81,11 @@ class Device(ABC):
         figure comes from, in words; None (with the reason) where speedlab does not know it,
         rather than a guess."""
         return None, f"speedlab knows no peak for a {self.name}"
+
+    def refusal(self, knob: str, value: Any) -> str | None:
+        """Why ``knob`` at ``value`` cannot act on a fit on this device, in one line naming the
+        option and what to do; None where it can (or is not asked for)."""
+        return None
 
     @abstractmethod
     def amp(self) -> tuple[str, str]:

@@ -18,7 +18,16 @@ one synchronisation at the end of the fit (``wait``): never a synchronisation pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+
+class Timeline(Protocol):
+    """What the probe asks of a device's timeline: a mark at each of a step's edges as the host
+    passes it, and the device's figures written into the step records once known."""
+
+    def mark(self, index: int, point: str) -> None: ...
+
+    def resolve(self, records: dict[str, list], *, wait: bool = False) -> None: ...
 
 
 class EventTimeline:

@@ -42,7 +42,7 @@ class MpsDevice(Device):
 
         return torch.backends.mps.is_available()
 
-    def timeline(self) -> EventTimeline:
+    def timeline(self, warmup: int) -> EventTimeline:
         """MPS events with timing (``record``, ``query``, ``elapsed_time`` in milliseconds, as
         CUDA's), one ``torch.mps.synchronize`` at the end."""
         import torch

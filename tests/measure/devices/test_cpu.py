@@ -15,7 +15,7 @@ from speedlab.measure.numerics import MATMUL_LEVELS, cpu_matmul_changes
 def test_the_cpu_is_synchronous_and_gains_nothing_from_pinned_memory() -> None:
     cpu = CpuDevice()
     assert cpu.is_available()
-    assert cpu.timeline() is None and not cpu.asynchronous
+    assert cpu.timeline(5) is None and not cpu.asynchronous
     assert cpu.sync_watch(warmup=5) is None
     assert cpu.memory_reserved() is None
     assert not cpu.pins_memory
@@ -57,7 +57,7 @@ def test_nothing_asked_of_the_cpu_touches_cuda(monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setattr(torch.cuda, name, touched)
     cpu = device_for("cpu")
     assert cpu.is_available() and cpu.amp()[0] == "bf16-mixed"
-    assert cpu.timeline() is cpu.sync_watch(5) is cpu.memory_reserved() is None
+    assert cpu.timeline(5) is cpu.sync_watch(5) is cpu.memory_reserved() is None
     assert all(cpu.matmul(level)[0] for level in MATMUL_LEVELS)
     assert (cpu.name, cpu.asynchronous, cpu.pins_memory) == ("cpu", False, False)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)

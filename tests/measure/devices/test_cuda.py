@@ -54,7 +54,7 @@ def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     synchronized: list[bool] = []
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: synchronized.append(True))
-    timeline = CudaDevice().timeline()
+    timeline = CudaDevice().timeline(5)
     records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
     for point, at in [("origin", 0.0), ("fetched", 0.010), ("start", 0.012), ("end", 0.032)]:
         FakeEvent.clock = at
@@ -129,7 +129,7 @@ def test_a_matmul_level_changes_float32_matmuls_only_in_tf32_on_ampere(
 @needs_gpu
 @pytest.mark.gpu
 def test_on_this_gpu_the_timeline_reads_the_gpus_work() -> None:
-    timeline = CudaDevice().timeline()
+    timeline = CudaDevice().timeline(5)
     records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
     x = torch.randn(2048, 2048, device="cuda")
     for point in ("origin", "fetched", "start"):

@@ -86,7 +86,7 @@ def test_an_apple_gpu_is_asynchronous_and_pins_nothing() -> None:
 
 
 def test_a_steps_figures_are_the_apple_gpus_stamps(fake_mps: FakeMps) -> None:
-    timeline = MpsDevice().timeline()
+    timeline = MpsDevice().timeline(5)
     out = records(2)
     stamps = {0: (0.0, 0.010, 0.012, 0.032, 0.033), 1: (0.033, 0.040, 0.041, 0.071, 0.072)}
     for step in (0, 1):

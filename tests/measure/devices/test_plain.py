@@ -10,7 +10,7 @@ def test_an_unknown_device_is_synchronous_and_named_by_its_type() -> None:
     device = PlainDevice("hpu")
     assert (device.type, device.name) == ("hpu", "hpu")
     assert not device.is_available()
-    assert device.timeline() is None and not device.asynchronous
+    assert device.timeline(5) is None and not device.asynchronous
     assert device.sync_watch(warmup=5) is None and device.memory_reserved() is None
     assert not device.pins_memory
     assert PlainDevice("mps", name="GPU").name == "GPU"
