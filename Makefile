@@ -5,6 +5,8 @@
 #               run the whole test suite, then its torch-free part on the oldest and newest Python
 #   make test-pythons   the whole suite on every Python the project claims, one venv each
 #   make test-xla       the XLA tests on XLA's CPU runtime, in .venv-xla (torch and torch-xla 2.9.0)
+#   make gpu-check      every GPU figure against a synchronised truth, on a lent GPU (SIMULATE=1:
+#                       on the simulated device)
 
 VENV   ?= .venv
 PYTHON ?= python3
@@ -46,7 +48,8 @@ on-python = @if ! .ci/python-for $(1) >/dev/null; then \
 		echo "Python $(1) not found: skipped"; exit 0; \
 	fi; $(2)
 
-.PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges venvs setup-xla test-xla
+.PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges venvs setup-xla test-xla \
+	gpu-wheels gpu-check
 
 setup: $(STAMP)
 
@@ -105,14 +108,38 @@ format: setup
 	$(VENV)/bin/ruff format speedlab tests benchmarks examples
 	$(VENV)/bin/ruff check --fix speedlab tests benchmarks examples
 
-# The two venvs download side by side; then the main suite, the edges and XLA.
+# The two venvs download side by side; then the main suite, the GPU check on the simulated
+# device, and the edges (light: torch-free unit tests) beside XLA.
 test: venvs browser-deps lint
 	$(VENV)/bin/pytest
-	$(MAKE) test-edges
-	$(MAKE) test-xla
+	$(MAKE) gpu-check SIMULATE=1
+	$(MAKE) -j2 test-edges test-xla
 
 venvs:
 	$(MAKE) -j2 setup setup-xla
+
+# Every GPU figure against a synchronised truth in one command (benchmarks/gpu_check.py), for a
+# lent GPU machine: its Python has torch with CUDA and Lightning; `make gpu-wheels` here puts the
+# few wheels the check needs besides into .gpu-wheels, carried there, and `make gpu-check` there
+# installs them and records the workloads' steps into tests/fixtures/gpu. `make gpu-check
+# SIMULATE=1` runs the same script on the simulated device (make test does), recording into
+# test-artifacts/gpu-simulated, so it cannot rot between lent GPUs.
+GPU_PYTHON ?= python3
+GPU_WHEELS ?= .gpu-wheels
+GPU_NEEDS  ?= psutil pytest pytest-timeout
+GPU_TARGET ?= --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all:
+
+gpu-wheels:
+	$(PY) -m pip download --quiet --dest $(GPU_WHEELS) $(GPU_TARGET) $(GPU_NEEDS)
+
+ifdef SIMULATE
+gpu-check: setup
+	$(PY) benchmarks/gpu_check.py --simulate --record test-artifacts/gpu-simulated
+else
+gpu-check:
+	$(GPU_PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) $(GPU_NEEDS)
+	$(GPU_PYTHON) benchmarks/gpu_check.py --record tests/fixtures/gpu
+endif
 
 # XLA on its CPU runtime (tests/xla): torch-xla 2.9.0 needs torch 2.9.0, in a venv of its own
 # beside the main one's torch. PyPI's torch 2.9.0 carries CUDA: about 7 GB, which the registry

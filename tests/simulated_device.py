@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -152,3 +152,50 @@ def fit_on_device(model: OnDevice, probe: Any, steps: int, *callbacks: pl.Callba
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(model, known_cost_loader(n=800, batch_size=8, **data))
+
+
+class SynchronisedTruth(pl.Callback):
+    """The truth a run's figures are checked against, on a real device or this one.
+
+    samples/s: samples over the time from the device's queue drained after step ``first - 1``
+    to the queue drained at the end of the fit (what a synchronize at both edges of the steady
+    window measures). The split of a step, at each step of ``sampled``: the queue is drained
+    when the step before ends, when the step's batch is ready and when it ends, so the device
+    idled for want of input exactly from the first to the second (``split[i][0]``) and worked
+    on the step from the second to the third (``split[i][1]``). Those steps run drained: the
+    timeline's figures for them are checked, not the run's averages.
+    """
+
+    def __init__(
+        self, synchronize: Callable[[], None], first: int, sampled: frozenset[int] = frozenset()
+    ) -> None:
+        self.synchronize, self.first, self.sampled = synchronize, first, sampled
+        self.samples, self.start, self.end = 0, 0.0, 0.0
+        self.split: dict[int, tuple[float, float]] = {}
+        self._edges: list[float] = []
+
+    def _drained(self) -> float:
+        self.synchronize()
+        return time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx in self.sampled:
+            self._edges.append(self._drained())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx in self.sampled:
+            origin, ready = self._edges[-2:]
+            self.split[batch_idx] = (ready - origin, self._drained() - ready)
+        if batch_idx == self.first - 1:
+            self.start = self._drained()
+        elif batch_idx >= self.first:
+            self.samples += len(batch[0])
+        if batch_idx + 1 in self.sampled:
+            self._edges.append(self._drained())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end = self._drained()
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / (self.end - self.start)

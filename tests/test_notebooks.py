@@ -436,8 +436,7 @@ def test_lesson_runs_within_binder_limits(name: str, tmp_path: Path) -> None:
 def test_the_assignment_solution_notebook_passes(tmp_path: Path) -> None:
     """The solution notebook run top to bottom passes its own check, with its 4 workers in every
     measured pair. The untouched release (the student notebook: tests/test_course_tools.py
-    checks that they are one) fails in nbgrader's grading there, and, in one short pair, in
-    tests/test_assignments.py."""
+    checks that they are one) fails in one short pair in tests/test_assignments.py."""
     try:
         solution = execute(
             NOTEBOOKS / "assignments/faster_pipeline_solution.ipynb",

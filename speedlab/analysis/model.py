@@ -4,6 +4,9 @@ hardware the run measured can do about it."""
 
 from __future__ import annotations
 
+import statistics
+
+from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.analysis.findings import batch_size, device_name
 from speedlab.analysis.utilisation import utilisation
 from speedlab.results.findings import Finding
@@ -26,7 +29,36 @@ HIDDEN_LOADING_MIN_S = 0.001
 waited more than twice, and a millisecond more than, the time the device sat idle for input."""
 
 
+LAUNCH_LAG_SHARE = 0.10
+"""A step whose device finished within this share of its batch_time after the host queued its
+last operation ran each operation as the host launched it: it waited on the host."""
+LAUNCH_PACED_SHARE = 0.8
+"""Share of the steady steps (with a launch lag) paced by the host's launches that makes a run
+on an asynchronous device launch-bound."""
+
+
+def launch_paced(run: RunResult) -> tuple[int, int, float] | None:
+    """(steady steps the host's launches paced, steady steps with a launch lag, their median
+    lag in seconds); None where the run has no launch lags (a synchronous device)."""
+    r = run.records
+    lags = r.get("launch_lag") or []
+    steady = [
+        i
+        for i, phase in enumerate(r["phase"][: len(lags)])
+        if phase == "steady" and lags[i] is not None
+    ]
+    if not steady:
+        return None
+    paced = [i for i in steady if lags[i] < LAUNCH_LAG_SHARE * r["batch_time"][i]]
+    return len(paced), len(steady), statistics.median(lags[i] for i in steady)
+
+
 def overhead_bound(run: RunResult) -> list[Finding]:
+    """Steps that are mostly per-step overhead: on an asynchronous device, from its timeline
+    (it waited on the host's launches); elsewhere, from the step's length."""
+    paced = launch_paced(run)
+    if paced is not None:
+        return _launch_bound(run, *paced)
     step = run.step_time
     if not step < OVERHEAD_STEP_S:
         return []
@@ -44,17 +76,45 @@ def overhead_bound(run: RunResult) -> list[Finding]:
         "learning rate if the loss suffers."
     )
     summary = f"Steps of {fmt_ms(step)} are mostly the framework's fixed work per step"
-    return [
-        Finding(
-            "overhead_bound",
-            evidence,
-            advice,
-            "batch_size",
-            severity,
-            BATCH_SIZE_FACTOR * batch,
-            summary,
-        )
-    ]
+    return [_larger_batch(run, evidence, advice, severity, summary)]
+
+
+def _launch_bound(run: RunResult, paced: int, steps: int, lag: float) -> list[Finding]:
+    if paced < LAUNCH_PACED_SHARE * steps or run.data_share >= DATA_SHARE_WARN:
+        return []  # not paced by the host, or limited by its data first
+    device = device_name(run)
+    evidence = (
+        f"In {paced} of {steps} steady steps the {device} finished the training batch "
+        f"{fmt_ms(lag)} (median) after the host queued its last operation: it ran each "
+        "operation as soon as the host launched it and then waited for the next, so batch_time "
+        f"({fmt_ms(run.batch_time)}) is the host's pace of launching, not the {device}'s work."
+        + utilisation(run)
+    )
+    advice = (
+        "Give each launch more work: a larger batch costs the same launches for more samples; "
+        "torch.compile fuses operations into fewer kernels (mode='reduce-overhead' also replays "
+        "a step's launches as one CUDA graph on a GPU); fewer, larger tensor operations in the "
+        "step (no Python loops over small tensors)."
+    )
+    summary = f"The {device} waits on the host's launches in {paced} of {steps} steps"
+    return [_larger_batch(run, evidence, advice, "critical", summary)]
+
+
+def _larger_batch(
+    run: RunResult, evidence: str, advice: str, severity: str, summary: str
+) -> Finding:
+    """An ``overhead_bound`` finding, which tries a batch ``BATCH_SIZE_FACTOR`` times larger."""
+    value = BATCH_SIZE_FACTOR * batch_size(run)
+    return Finding("overhead_bound", evidence, advice, "batch_size", severity, value, summary)
+
+
+def _overhead(run: RunResult) -> bool:
+    """Whether per-step overhead, not the model's compute, sets the step's pace (the rules of
+    ``overhead_bound``)."""
+    paced = launch_paced(run)
+    if paced is None:
+        return run.step_time < OVERHEAD_STEP_S
+    return paced[0] >= LAUNCH_PACED_SHARE * paced[1]
 
 
 def hidden_loading(run: RunResult) -> str:
@@ -71,7 +131,7 @@ def hidden_loading(run: RunResult) -> str:
 
 
 def model_bound(run: RunResult) -> list[Finding]:
-    if not run.data_share < MODEL_BOUND_DATA_SHARE or run.step_time < OVERHEAD_STEP_S:
+    if not run.data_share < MODEL_BOUND_DATA_SHARE or _overhead(run):
         return []
     evidence = (
         f"Data is {run.data_share:.0%} of the step: the model's compute ({fmt_ms(run.batch_time)} "

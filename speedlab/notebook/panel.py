@@ -54,13 +54,15 @@ from speedlab.notebook.controls import (
     choices,
     hardware_limits,
     help_html,
+    limit_note,
+    tooltip,
     value_text,
 )
 from speedlab.notebook.diagnosis import findings_list_html
 from speedlab.notebook.guessing import guess_field, said_before, typed_guess
 from speedlab.notebook.live import NotebookView
 from speedlab.notebook.tables import verdict_text
-from speedlab.results.knobs import KNOBS, KnobError, Knobs, explain
+from speedlab.results.knobs import KNOBS, KnobError, Knobs
 from speedlab.results.prediction import GuessError
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -225,7 +227,7 @@ class Panel:
             options=options,
             value=value,
             description=KNOBS[name].option,
-            tooltip=explain(name),
+            tooltip=tooltip(name, limited),
             disabled=WHOLE in limited,
             style={"description_width": "130px"},
             layout=widgets.Layout(width="300px"),
@@ -237,12 +239,9 @@ class Panel:
         limited = self.limits.get(name, {})
         if not limited:
             return self.controls[name]
-        if WHOLE in limited:
-            reason = f"not available: {limited[WHOLE]}"
-        else:
-            reason = "; ".join(f"{value} not offered: {why}" for value, why in limited.items())
         note = widgets.HTML(
-            f'<div style="line-height:1.3;font-size:11px;opacity:.8">{html.escape(reason)}</div>',
+            f'<div style="line-height:1.3;font-size:11px;opacity:.8">'
+            f"{html.escape(limit_note(limited))}</div>",
             layout=widgets.Layout(width="300px"),
         )
         return widgets.VBox([self.controls[name], note])

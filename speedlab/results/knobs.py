@@ -121,16 +121,17 @@ KNOBS: dict[str, KnobSpec] = {
             "one of " + ", ".join(PRECISIONS),
             "Mixed precision (16-mixed, bf16-mixed) runs matrix multiplies and convolutions in "
             "16-bit floats while the weights stay in 32-bit. On GPUs with tensor cores (NVIDIA "
-            "Volta and newer; bf16 needs Ampere or newer) those multiplies run several times "
-            "faster and activations take half the memory; 16-mixed uses a gradient scaler, bf16 "
-            "needs none. The step gains only as much as those multiplies were of it: a large "
-            "model on big batches gains most, a small model limited by kernel launches gains "
-            "little, and a data-bound pipeline gains nothing. On a CPU, "
-            "16-mixed is not supported and bf16-mixed only pays off on CPUs with bf16 "
-            "instructions (AVX512-BF16, AMX); elsewhere it is often slower than 32-true. "
-            "16-true and bf16-true cast the whole model (less memory, a risk to convergence). "
-            "amp picks the best mixed precision this hardware runs natively: bf16-mixed on "
-            "Ampere or newer and on a CPU, 16-mixed on older GPUs (where bf16 is only emulated).",
+            "Volta and newer; bf16 needs Ampere or newer) they run several times faster and "
+            "activations take half the memory; 16-mixed uses a gradient scaler, bf16 needs none. "
+            "The step gains only as much as those multiplies were of it: a large model on big "
+            "batches most, a small one limited by kernel launches little, a data-bound pipeline "
+            "nothing. On a CPU, 16-mixed is not supported and bf16-mixed pays off only with bf16 "
+            "instructions (AVX512-BF16, AMX); elsewhere it is often slower than 32-true. 16-true "
+            "and bf16-true cast the whole model (less memory, a risk to convergence). amp picks "
+            "by device: on a CUDA GPU bf16-mixed where bf16 is native "
+            "(Ampere or newer), else 16-mixed; on a CPU bf16-mixed; on an Apple GPU (MPS) what "
+            "torch's autocast takes there: bf16-mixed from torch 2.6 on macOS 14, else 16-mixed "
+            "from torch 2.5; on a TPU bf16-true, as Lightning's XLA precision has no mixed mode.",
             PRECISIONS,
             predicts=(
                 "none: the gain depends on how much of batch_time is arithmetic that the lower "
@@ -149,8 +150,9 @@ KNOBS: dict[str, KnobSpec] = {
             "when the run is long enough to win back the compile time: break-even steps = "
             "compile cost / time saved per step. It does nothing for a data-bound pipeline, "
             "and changing shapes (a smaller last batch) trigger recompiles. reduce-overhead "
-            "adds CUDA graphs (GPU only) against launch overhead of small batches; "
-            "max-autotune searches longer for faster kernels.",
+            "adds CUDA graphs (CUDA GPUs only) against launch overhead of small batches; "
+            "max-autotune searches longer for faster kernels. It does not apply on a TPU, where "
+            "XLA compiles each step's graph itself: speedlab refuses it there.",
             ("off", "on", "default", "reduce-overhead", "max-autotune"),
             predicts=(
                 "none: what fusing saves depends on the model's kernels, which the split of a step "
@@ -185,7 +187,9 @@ KNOBS: dict[str, KnobSpec] = {
             "can overlap with compute (a copy from pageable memory waits for the GPU's earlier "
             "work). It only helps when a GPU is training and the copy shows in data_time (the "
             "doctor's copy_bound); pinning costs the loader time too, so measure it. It does nothing "
-            "without a GPU: there is nothing to copy to, and PyTorch ignores it.",
+            "without a CUDA GPU: a CPU has nothing to copy to and an Apple GPU shares the host's "
+            "memory (PyTorch ignores it on both); on a TPU, XLA copies each batch itself, so it "
+            "does not apply and speedlab refuses it.",
             ("on", "off"),
             predicts=(
                 "1.0x without a GPU (nothing is copied); on a GPU none: how much of the copy pinning "
@@ -215,9 +219,10 @@ KNOBS: dict[str, KnobSpec] = {
             "CPUs lack, so CPU matmuls stay float32. medium: TF32 on those GPUs as well, and bf16 "
             "for the larger matmuls on CPUs with bf16 instructions (AVX512-BF16, AMX). Of "
             "float32's about 7 significant decimal digits, TF32 keeps about 3 and bf16 2 to 3: "
-            "faster matmuls, slightly different results. On other hardware it changes nothing, and "
-            "cuDNN already runs convolutions in TF32 by default, so a ConvNet gains little. The "
-            "run's note says what it did on this machine.",
+            "faster matmuls, slightly different results. cuDNN already runs convolutions in TF32 "
+            "by default, so a ConvNet gains little. On other hardware it changes nothing, a TPU "
+            "included (XLA sets its own matmul precision), though on an Apple GPU its effect is "
+            "not documented. The run's note says what it did on this machine.",
             ("highest", "high", "medium"),
             predicts=(
                 "1.0x where this hardware ignores the level (its note says so); elsewhere none: the "

@@ -41,7 +41,9 @@ PHASES = tuple(phase.value for phase in Phase)
 STEP_PHASES = (Phase.compile, Phase.epoch_start, Phase.warmup, Phase.steady)
 """The phases a training step is in; the others are spans outside the steps."""
 RECORD_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase", "epoch")
-DEVICE_RECORD_KEYS = ("host_data_time", "copy_time")
+XLA_RECORD_KEYS = ("compile_time", "compiles", "host_transfers")
+"""Records of a run on an XLA device only (speedlab.measure.devices.xla)."""
+DEVICE_RECORD_KEYS = ("host_data_time", "copy_time", "launch_lag", *XLA_RECORD_KEYS)
 """Records of a run on an asynchronous device only (see ``RunResult``)."""
 WORKERS_CPU_MIN_PERCENT = 1.0
 """CPU (percent of a core) the child processes must use before they count as DataLoader
@@ -101,7 +103,11 @@ class RunResult:
     over whole rounds of the DataLoader workers, pauses left out and named. On an asynchronous device (CUDA) the steps' edges come from the
     device's own timeline: data_time is the time the device sat idle for want of input,
     ``copy_time`` the host-to-device copy's part of it, and ``host_data_time`` the host's wait
-    for the loader, which the device's work may hide. ``records["pipeline"]``, when present,
+    for the loader, which the device's work may hide; ``launch_lag`` (for the first steps, where
+    the device has a clock to compare) how long after the host queued a step's last operation
+    the device finished it: near zero where the device waited on the host's launches. On an
+    XLA device, ``compile_time`` and ``compiles`` are the graph compilations of each step (out
+    of its batch_time) and ``host_transfers`` its transfers to the host. ``records["pipeline"]``, when present,
     holds the DataLoader workers' batch timestamps (``worker``, ``start``, ``end``, ``taken``;
     see speedlab.measure.pipeline). ``host_syncs``, on a GPU, counts the synchronizing CUDA
     operations of a few warm-up steps per source line (``{"steps": n, "lines": [{"file",

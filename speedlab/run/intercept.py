@@ -22,10 +22,10 @@ from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.dataset import fingerprint
-from speedlab.measure.devices import Device, available_devices, default_device, device_for
+from speedlab.measure.devices import Device, available_devices
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
-from speedlab.results.knobs import DATA_KNOBS, KnobRefused, Knobs, check_number
+from speedlab.results.knobs import DATA_KNOBS, KNOBS, KnobRefused, Knobs, check_number
 from speedlab.run.compiling import CompiledStep, compile_step
 from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_threads_note
 from speedlab.run.loaders import (
@@ -37,6 +37,7 @@ from speedlab.run.loaders import (
     rebuild_refusal,
     shutdown_loader,
 )
+from speedlab.run.precision import resolve_precision, trainer_device
 from speedlab.run.preload import Preloaded, preload
 from speedlab.run.stopping import PlannedStop, time_is_up
 
@@ -122,15 +123,6 @@ class FitRecord:
         if isinstance(self.exception, CudaBeforeForkError):
             out["cuda_before_fork"] = {"start_method": self.exception.start_method}
         return out
-
-
-def resolve_precision(requested: str, device: Device | None = None) -> tuple[str, str | None]:
-    """The Lightning precision ``requested`` runs as, and the note saying why where that is not
-    ``requested`` itself: ``amp`` is the best mixed precision ``device`` (the one a run here
-    trains on by default) runs natively."""
-    if requested != "amp":
-        return requested, None
-    return (device or default_device()).amp()
 
 
 def _matmul(level: str, devices: list[Device] | None = None) -> tuple[str, bool]:
@@ -284,12 +276,19 @@ class Intercept:
         self, kwargs: dict[str, Any]
     ) -> tuple[dict[str, Any], SpeedProbe, list[str]]:
         """The user's Trainer arguments with the knobs applied and a SpeedProbe attached, and
-        the notes on how the knobs resolved."""
+        the notes on how the knobs resolved; ``KnobRefused`` for a knob the Trainer's device
+        cannot take (``Device.refusal``)."""
         kwargs = dict(kwargs)
         k, c = self.knobs, self.controls
         notes: list[str] = []
-        if k.precision is not None:
-            kwargs["precision"], note = resolve_precision(k.precision)
+        accelerator = k.trainer.get("accelerator", kwargs.get("accelerator"))
+        device = trainer_device(accelerator)  # the one this Trainer will train on
+        for knob in KNOBS:  # before the Trainer is built: Lightning would refuse some itself
+            why = device.refusal(knob, getattr(k, knob))
+            if why is not None:
+                raise KnobRefused(why)
+        if k.precision is not None:  # amp: for that device
+            kwargs["precision"], note = resolve_precision(k.precision, accelerator)
             if note is not None:
                 notes.append(note)
         if k.devices is not None:
@@ -379,17 +378,8 @@ class Intercept:
         return fit
 
     def _prepare(self, args: dict[str, Any], record: FitRecord, preloaded: list[Preloaded]) -> None:
-        """Refuse the knobs that cannot act on the fit's device, then compile the model and
-        rebuild the training data source, as the knobs ask."""
+        """Compile the model and rebuild the training data source, as the knobs ask."""
         k = self.knobs
-        try:
-            device = device_for(str(record.trainer.strategy.root_device.type))
-        except RuntimeError:  # XLA's several-device strategy names it only in its processes
-            device = None
-        for knob in ("compile", "pin_memory") if device is not None else ():
-            why = device.refusal(knob, getattr(k, knob))
-            if why is not None:
-                raise KnobRefused(why)
         model = args["model"]
         record.model = getattr(model, "_orig_mod", model)
         if k.compile not in (None, "off"):  # forward and the submodules, not training_step

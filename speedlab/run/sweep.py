@@ -45,6 +45,7 @@ from speedlab.run.forking import describe_rank_failure
 from speedlab.run.in_force import ran_otherwise
 from speedlab.run.intercept import FitRecord, Intercept, RunControls
 from speedlab.run.loaders import resolve_workers
+from speedlab.run.precision import autocast_refusal
 from speedlab.run.watch import LiveView
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -185,6 +186,8 @@ def _assemble(
     error = measured.error
     if fit.exception is not None:  # the ranks' own account of a failure comes first
         error = error or describe_error(fit.exception)
+    if error is not None:  # a rank's account holds its error's whole text
+        error = autocast_refusal(error) or error
     result = replace(
         measured,
         knobs=knobs,
@@ -230,9 +233,20 @@ def _lint(model: Any) -> list[Any]:
 
 
 def describe_error(err: BaseException) -> str:
+    """A run's error as its result records it: an op autocast refused explained in one line."""
     if isinstance(err, KeyboardInterrupt):
         return "interrupted"
-    return describe_rank_failure(err) or f"{type(err).__name__}: {err}".strip()
+    return (
+        autocast_refusal(str(err))
+        or describe_rank_failure(err)
+        or f"{type(err).__name__}: {err}".strip()
+    )
+
+
+def _one_line(err: BaseException) -> str | None:
+    """What a sweep shows of ``err`` instead of its traceback, where one line says it all: a
+    knob refused before training, an op autocast refused; None for any other error."""
+    return str(err) if isinstance(err, KnobRefused) else autocast_refusal(str(err))
 
 
 def merge_replicates(replicates: list[RunResult]) -> RunResult:
@@ -349,8 +363,8 @@ def run_sweep(
                 replicates[i] += results
                 if isinstance(error, Exception) and describe_error(error) not in shown:
                     shown.add(describe_error(error))  # the same failure in every run: shown once
-                    if isinstance(error, KnobRefused):  # refused before training: its one line
-                        print(error, file=sys.stderr)
+                    if (line := _one_line(error)) is not None:
+                        print(line, file=sys.stderr)
                     else:
                         show_error(error)
                 if isinstance(error, KeyboardInterrupt):

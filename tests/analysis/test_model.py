@@ -65,3 +65,25 @@ def test_the_cpu_advice_is_for_the_cpu_the_run_recorded_not_the_one_reading_it(b
     # A run stored before it recorded them: no claim about a CPU's math either way.
     unknown = the(diagnose(replace(run, workload={})), "model_bound")
     assert "bf16 instructions" not in unknown.advice and "--matmul" not in unknown.advice
+
+
+def lagged(lag: float, batch: float = 0.03, data: float = 0.0005) -> object:
+    """A GPU run of 30 ms steps whose device finished each training batch ``lag`` seconds
+    after the host queued its end."""
+    run = replace(run_of([data] * 20, [batch] * 20, samples=64), device="cuda")
+    return replace(run, records={**run.records, "launch_lag": [lag] * 20})
+
+
+def test_on_a_gpu_overhead_is_read_from_its_timeline_not_from_the_steps_length() -> None:
+    """30 ms steps: far longer than the 8 ms the step-length rule needs, yet the GPU finished
+    each 0.2 ms after the host queued it: it waited on the host's launches."""
+    found = the(diagnose(lagged(0.0002)), "overhead_bound")
+    assert found.severity == "critical" and (found.knob, found.value) == ("batch_size", 256)
+    assert found.evidence.startswith("In 19 of 19 steady steps the GPU finished the training")
+    assert "torch.compile" in found.advice
+    assert "model_bound" not in kinds(diagnose(lagged(0.0002)))
+    # The host ran ahead by a step's work: the GPU's own work sets the pace.
+    behind = kinds(diagnose(lagged(0.03)))
+    assert "overhead_bound" not in behind and "model_bound" in behind
+    # Waiting for data comes first: the data doctor's finding, not a launch-bound one.
+    assert "overhead_bound" not in kinds(diagnose(lagged(0.0002, batch=0.02, data=0.01)))

@@ -74,8 +74,15 @@ class Notebook:
         self.artifacts = artifacts
 
     def open(self, url: str) -> None:
+        """Open the notebook and wait for its kernel. Where JupyterLab asks which kernel to
+        start (its kernel specs were not loaded when the notebook opened: seen once in CI on a
+        busy machine), take the one it offers, Python 3, as a user would."""
         self.page.goto(url)
         self.page.locator(self.ui.cell).first.wait_for()
+        asked = self.page.locator(self.ui.dialog, has_text="Select Kernel")
+        self.page.locator(self.ui.idle).or_(asked).first.wait_for(timeout=90_000)
+        if asked.count():
+            asked.locator(".jp-mod-accept").click()
         self.page.locator(self.ui.idle).wait_for(timeout=90_000)
 
     def cell(self, index: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
@@ -22,10 +23,29 @@ def timed(fn, *args) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def test_busy_wait_keeps_the_cpu_busy() -> None:
-    wall, cpu = timed(busy_wait, 0.05)
+def on_cpu_or_waiting(fn, *args) -> tuple[float, float]:
+    """Wall seconds of one call, and the seconds this thread ran or waited for a core in it
+    (Linux's schedstat): a thread that keeps the CPU busy is one or the other all along,
+    however busy the machine; a sleeping one is neither."""
+
+    def ran_and_waited() -> float:
+        # The time run from the thread's CPU clock (schedstat's own is a scheduler tick late).
+        with open("/proc/thread-self/schedstat") as f:
+            waited = int(f.read().split()[1])
+        return time.thread_time() + waited / 1e9
+
+    wall, busy = time.perf_counter(), ran_and_waited()
+    fn(*args)
+    return time.perf_counter() - wall, ran_and_waited() - busy
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="needs schedstat")
+def test_busy_wait_keeps_the_cpu_busy_and_sleep_does_not() -> None:
+    wall, busy = on_cpu_or_waiting(busy_wait, 0.05)
     assert 0.05 <= wall < 0.05 + SLACK_S * 5
-    assert cpu > 0.5 * 0.05
+    assert busy > 0.9 * wall
+    wall, busy = on_cpu_or_waiting(time.sleep, 0.05)
+    assert busy < 0.2 * wall
 
 
 @pytest.mark.parametrize(

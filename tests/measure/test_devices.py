@@ -10,7 +10,6 @@ import statistics
 import time
 from collections.abc import Iterator
 
-import lightning.pytorch as pl
 import numpy
 import pytest
 import torch
@@ -35,6 +34,7 @@ from speedlab.measure.probe import SpeedProbe
 from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
     SimulatedDevice,
+    SynchronisedTruth,
     device_work,
     fit_on_device,
     on_device,
@@ -117,30 +117,6 @@ def test_the_probe_names_no_device() -> None:
     assert "cuda" not in source.lower()
 
 
-class SynchronisedTruth(pl.Callback):
-    """The truth: samples over the time from the device's queue drained after step ``first - 1``
-    to the queue drained at the end of the fit (what a synchronize at both edges measures)."""
-
-    def __init__(self, device: SimulatedDevice, first: int) -> None:
-        self.device, self.first = device, first
-        self.samples, self.start, self.end = 0, 0.0, 0.0
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if batch_idx == self.first - 1:
-            self.device.synchronize()
-            self.start = time.perf_counter()
-        elif batch_idx >= self.first:
-            self.samples += len(batch[0])
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.device.synchronize()
-        self.end = time.perf_counter()
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / (self.end - self.start)
-
-
 @pytest.fixture
 def device() -> Iterator[SimulatedDevice]:
     with probe_on_simulated_device() as device:
@@ -180,7 +156,7 @@ def test_throughput_follows_the_devices_timeline(
     time the device sat idle for want of input."""
     work_s, sleep_s = WORKLOADS[workload]
     probe = SpeedProbe(warmup=5)
-    truth = SynchronisedTruth(device, first=5)
+    truth = SynchronisedTruth(device.synchronize, first=5)
     spent = timed_samples(monkeypatch)
     fit_on_device(on_device(device, work_s=work_s), probe, 60, truth, sleep_s=sleep_s)
     result = probe.result()

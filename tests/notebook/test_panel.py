@@ -15,7 +15,6 @@ import lightning.pytorch as pl
 import nbformat
 import psutil
 import pytest
-import torch
 from IPython.core.error import UsageError
 from IPython.display import display
 from IPython.utils.capture import capture_output
@@ -24,6 +23,8 @@ import speedlab
 from speedlab.analysis.compare import compare
 from speedlab.analysis.predict import guess_text, predict
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure import devices
+from speedlab.notebook.controls import WHOLE
 from speedlab.notebook.guessing import said_line
 from speedlab.notebook.panel import WIDGET_VIEW, Panel, hardware_limits
 from speedlab.notebook.tables import verdict_text
@@ -68,7 +69,9 @@ def test_one_control_per_knob_with_its_explanation() -> None:
     panel = Panel(train_fn(), knobs=Knobs(workers=2, batch_size=100), store=False)
     assert list(panel.controls) == list(KNOBS)
     for name, control in panel.controls.items():
-        assert control.tooltip == explain(name) and control.description == KNOBS[name].option
+        assert control.tooltip.endswith(explain(name)) and control.description == KNOBS[name].option
+        if WHOLE in panel.limits.get(name, {}):  # why it cannot be used comes first
+            assert control.tooltip.startswith("not available: ")
     assert panel.controls["workers"].value == "2"
     assert panel.controls["batch_size"].value == "100"  # a value the list lacked is added
     assert panel.chosen_knobs() == Knobs(workers=2, batch_size=100)
@@ -76,15 +79,15 @@ def test_one_control_per_knob_with_its_explanation() -> None:
     assert "Mixed precision" in panel.help.value  # the last knob changed is explained
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a CPU-only machine cannot use")
-def test_what_a_cpu_cannot_use_is_disabled_with_the_reason() -> None:
+def test_what_a_cpu_cannot_use_is_disabled_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "DEVICES", {"cpu": devices.CpuDevice})  # a CPU-only machine
     limits = hardware_limits()
     panel = Panel(train_fn(), store=False)
     assert "16-mixed" not in panel.controls["precision"].options
     assert "bf16-mixed" in panel.controls["precision"].options
     assert panel.controls["pin_memory"].disabled
     shown = " ".join(texts(panel.widget))
-    assert "16-mixed not offered: fp16 mixed precision needs a CUDA GPU" in shown
+    assert "16-mixed not offered: fp16 mixed precision needs a GPU" in shown
     assert "not available: pinned memory only speeds up copies to a CUDA GPU" in shown
     assert set(limits) >= {"precision", "pin_memory"}
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from speedlab.measure.devices import XlaDevice
+from speedlab.measure.devices.mps import AUTOCAST_TORCH, BF16_MACOS
+from speedlab.measure.numerics import amp_choice
 from speedlab.results.knobs import (
     KNOBS,
     KnobError,
@@ -126,7 +129,7 @@ def test_every_knob_has_a_teaching_text(knob: str) -> None:
 @pytest.mark.parametrize(
     ("knob", "honest"),
     [
-        ("pin_memory", "without a GPU"),
+        ("pin_memory", "without a CUDA GPU"),
         ("precision", "On a CPU"),
         ("matmul", "not convolutions"),
         ("compile", "break-even"),
@@ -137,6 +140,48 @@ def test_every_knob_has_a_teaching_text(knob: str) -> None:
 )
 def test_texts_say_when_a_knob_does_not_help(knob: str, honest: str) -> None:
     assert honest in explain(knob)
+
+
+@pytest.mark.parametrize(
+    ("knob", "said"),
+    [
+        (
+            "precision",
+            "on a CUDA GPU bf16-mixed where bf16 is native (Ampere or newer), else 16-mixed",
+        ),
+        ("precision", "Lightning's XLA precision has no mixed mode"),
+        ("compile", "reduce-overhead adds CUDA graphs (CUDA GPUs only)"),
+        ("compile", "It does not apply on a TPU"),
+        ("pin_memory", "an Apple GPU shares the host's memory"),
+        ("pin_memory", "on a TPU, XLA copies each batch itself, so it does not apply"),
+        ("matmul", "a TPU included (XLA sets its own matmul precision)"),
+        ("matmul", "on an Apple GPU its effect is not documented"),
+    ],
+)
+def test_texts_say_what_a_knob_does_on_each_device(knob: str, said: str) -> None:
+    assert said in explain(knob)
+
+
+def test_the_device_texts_agree_with_the_devices() -> None:
+    """What the precision text says amp runs as, and which knobs speedlab refuses on a TPU, is
+    what the device layer does (asked torch-free, without the hardware)."""
+    xla = XlaDevice(probe=lambda: True)
+    assert f"on a TPU {xla.amp()[0]}," in explain("precision")
+    mps = (
+        f"on an Apple GPU (MPS) what torch's autocast takes there: bf16-mixed from torch "
+        f"{AUTOCAST_TORCH['bf16']} on macOS {BF16_MACOS[0]}, else 16-mixed from torch "
+        f"{AUTOCAST_TORCH['fp16']};"
+    )
+    assert mps in explain("precision")
+    for knob, value in (("compile", "on"), ("pin_memory", True), ("precision", "amp")):
+        refused = xla.refusal(knob, value) is not None
+        assert ("speedlab refuses it" in explain(knob)) == refused, knob
+    cuda = (
+        f"on a CUDA GPU {amp_choice(cuda=True, native_bf16=True)} where bf16 is native (Ampere "
+        f"or newer), else {amp_choice(cuda=True, native_bf16=False)}; on a CPU "
+        f"{amp_choice(cuda=False, native_bf16=False)};"
+    )
+    assert cuda in explain("precision")
 
 
 def test_explain_unknown_knob() -> None:

@@ -19,6 +19,7 @@ from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
 from speedlab.run.compiling import CACHE_TEXT, compile_step
 from speedlab.run.intercept import Intercept, RunControls
+from tests.doctor_runs import require_quiet
 
 
 class SubmoduleStep(pl.LightningModule):
@@ -166,15 +167,19 @@ def test_the_compile_phase_says_whether_inductors_cache_was_cold_or_warm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # an empty cache on disk
-    phases, states = [], []
+    phases, states, results = [], [], []
     for _ in range(2):
         torch._dynamo.reset()  # the second compile starts from the disk cache alone
         with Intercept(Knobs(compile="on"), RunControls(steps=8, warmup=2)) as run:
             pl.Trainer(accelerator="cpu", **QUIET_TRAINER).fit(
                 ForwardStep(), known_cost_loader(n=200, batch_size=8)
             )
-        phases.append(run.fits[0].probe.result().phases["compile"])
+        results.append(run.fits[0].probe.result())
+        phases.append(results[-1].phases["compile"])
         states.append(run.fits[0].workload()["compile_cache"])
         assert f"the compile phase {CACHE_TEXT[states[-1]]}." in " ".join(run.fits[0].notes)
     assert states == ["cold", "warm"]
-    assert phases[1] < phases[0]  # reading compiled graphs is faster than compiling them
+    # Reading compiled graphs is faster than compiling them, on a machine nothing else took
+    # (beside other work, the two phases measured 0.83 s and 1.39 s).
+    require_quiet(*results)
+    assert phases[1] < phases[0]

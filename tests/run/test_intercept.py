@@ -14,7 +14,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import psutil
 import pytest
+import pytorch_lightning
 import torch
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from torch.utils.data import DataLoader, RandomSampler
 
 from speedlab.labs import (
@@ -25,10 +27,11 @@ from speedlab.labs import (
     ThrottledOpener,
     make_shapes,
 )
+from speedlab.measure import devices
 from speedlab.measure.dataset import SAMPLES
-from speedlab.measure.devices import CpuDevice
+from speedlab.measure.devices import CpuDevice, default_device
 from speedlab.results.knobs import Knobs
-from speedlab.run.intercept import Intercept, RunControls, _matmul, resolve_precision
+from speedlab.run.intercept import Intercept, RunControls, _matmul
 from speedlab.run.loaders import (
     NotebookClass,
     NotebookClassError,
@@ -36,6 +39,7 @@ from speedlab.run.loaders import (
     rebuild_loader,
     worker_context,
 )
+from speedlab.run.precision import resolve_precision
 from speedlab.run.preload import PreloadError, preload_ram, preload_shm
 
 
@@ -206,13 +210,13 @@ def test_global_state_restored_after_an_error_in_training() -> None:
 
 
 def test_amp_and_16_mixed_on_a_cpu_are_explained() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("CPU behaviour")
-    with Intercept(Knobs(precision="amp"), RunControls(steps=3)) as run:
+    """On any machine: the cell trains with ``accelerator="cpu"``. No warm-up: no FLOPs counted,
+    so no peak measured (a CPU's bf16 peak takes seconds)."""
+    with Intercept(Knobs(precision="amp"), RunControls(steps=3, warmup=0)) as run:
         fit_known_cost()
     assert any("precision=amp ran as bf16-mixed" in n for n in run.notes + run.fits[0].notes)
     assert str(run.fits[0].trainer.precision) == "bf16-mixed"
-    with Intercept(Knobs(precision="16-mixed"), RunControls(steps=3)) as run:
+    with Intercept(Knobs(precision="16-mixed"), RunControls(steps=3, warmup=0)) as run:
         fit_known_cost()
     assert any(
         "precision=16-mixed is not supported on this hardware" in n for n in run.fits[0].notes
@@ -336,13 +340,62 @@ class FakeGpu(CpuDevice):
         return f"matmul={level} on a fake GPU.", False
 
 
-def test_precision_asks_the_device_only_what_amp_means_there() -> None:
-    assert resolve_precision("bf16-mixed", FakeGpu()) == ("bf16-mixed", None)
-    assert resolve_precision("amp", FakeGpu()) == (
+@pytest.fixture
+def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine whose default device is a (fake) GPU, as a CUDA machine's is."""
+    monkeypatch.setattr(devices, "DEVICES", {"cuda": FakeGpu, "cpu": CpuDevice})
+    assert type(default_device()) is FakeGpu
+
+
+def test_precision_asks_the_device_only_what_amp_means_there(gpu_machine: None) -> None:
+    assert resolve_precision("bf16-mixed", "gpu") == ("bf16-mixed", None)
+    assert resolve_precision("amp", "gpu") == (
         "16-mixed",
         "precision=amp ran as 16-mixed on a fake GPU.",
     )
-    assert resolve_precision("amp", CpuDevice())[0] == "bf16-mixed"
+    assert resolve_precision("amp", "cpu") == CpuDevice().amp()
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "chosen"),
+    [
+        ("cpu", "bf16-mixed"),
+        pytest.param(CPUAccelerator(), "bf16-mixed", id="CPUAccelerator()"),
+        pytest.param(
+            pytorch_lightning.accelerators.CPUAccelerator(),
+            "bf16-mixed",
+            id="pytorch_lightning.CPUAccelerator()",
+        ),
+        ("gpu", "16-mixed"),  # CUDA or MPS, whichever is available
+        ("cuda", "16-mixed"),
+        pytest.param(CUDAAccelerator(), "16-mixed", id="CUDAAccelerator()"),
+        ("auto", "16-mixed"),
+        (None, "16-mixed"),
+        ("tpu", "16-mixed"),  # not available here: Lightning refuses it, in its own words
+        ("hpu", "bf16-mixed"),  # a device speedlab does not know
+    ],
+)
+def test_amp_resolves_for_the_device_the_cells_trainer_trains_on(
+    gpu_machine: None, accelerator: object, chosen: str
+) -> None:
+    kwargs = {} if accelerator is None else {"accelerator": accelerator}
+    resolved, _, notes = Intercept(Knobs(precision="amp")).trainer_kwargs(kwargs)
+    assert resolved["precision"] == chosen and len(notes) == 1
+    assert ("fake GPU" in notes[0]) == (chosen == "16-mixed")
+
+
+def test_a_cpu_cell_on_a_gpu_machine_trains_with_the_cpus_amp(gpu_machine: None) -> None:
+    """A real Trainer on the CPU, on a machine whose default device is a GPU: the cell's
+    ``accelerator`` decides, and ``--trainer accelerator=cpu`` overrides the cell's. No
+    warm-up: no FLOPs counted, so no peak measured (a CPU's bf16 peak takes seconds)."""
+    with Intercept(Knobs(precision="amp"), RunControls(steps=3, warmup=0)) as run:
+        trainer = pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(KnownCostModel(step_s=0.001), DataLoader(KnownCostDataset(64), batch_size=4))
+    assert str(trainer.precision) == "bf16-mixed" and trainer.global_step == 3
+    amp_notes = [n for n in run.notes + run.fits[0].notes if "precision=amp" in n]
+    assert amp_notes == [CpuDevice().amp()[1]]
+    overridden = Intercept(Knobs(precision="amp", trainer={"accelerator": "cpu"}))
+    assert overridden.trainer_kwargs({"accelerator": "gpu"})[0]["precision"] == "bf16-mixed"
 
 
 @pytest.mark.parametrize("cpu_changes", [True, False])

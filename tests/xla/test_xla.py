@@ -1,10 +1,11 @@
 """speedlab on a real XLA device (XLA's CPU runtime): the device's timeline against a truth
 drained at both edges of the steady window, compilation kept apart, a cell that compiles every
-step diagnosed, and the knobs that cannot act refused in one line."""
+step diagnosed, the knobs that cannot act refused in one line (by the magic too), and
+DataLoader workers feeding the device."""
 
 from __future__ import annotations
 
-import time
+import re
 from collections.abc import Callable
 
 import lightning.pytorch as pl
@@ -15,6 +16,9 @@ from torch.nn import functional as F
 import speedlab
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.devices import device_for
+from speedlab.measure.pipeline import PIPELINE_KEYS
+from speedlab.notebook.controls import WHOLE, hardware_limits
+from tests.simulated_device import SynchronisedTruth
 
 xm = pytest.importorskip("torch_xla.core.xla_model", reason="needs torch_xla: `make test-xla`")
 
@@ -37,29 +41,6 @@ class Layers(KnownCostModel):
         for _ in range(self.layers):
             x = torch.tanh(x @ self.w)
         return F.cross_entropy(self.net(x), y)
-
-
-class DrainedTruth(pl.Callback):
-    """The truth: samples over the time from the device drained after step ``first - 1`` to
-    the device drained at the end of the fit."""
-
-    def __init__(self, first: int = 5) -> None:
-        self.first, self.samples, self.start, self.end = first, 0, 0.0, 0.0
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if batch_idx == self.first - 1:
-            xm.wait_device_ops()
-            self.start = time.perf_counter()
-        elif batch_idx >= self.first:
-            self.samples += len(batch[0])
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        xm.wait_device_ops()
-        self.end = time.perf_counter()
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / (self.end - self.start)
 
 
 def cell(model: Layers, *callbacks: pl.Callback, sleep_s: float = 0.0) -> Callable[[], None]:
@@ -89,7 +70,7 @@ def profile(train: Callable[[], None], **options):
 def test_samples_per_s_follow_the_device_and_the_split_names_what_limits(
     layers: int, sleep_s: float, bound: str
 ) -> None:
-    truth = DrainedTruth()
+    truth = SynchronisedTruth(xm.wait_device_ops, first=5)
     (run,) = profile(cell(Layers(layers), truth, sleep_s=sleep_s)).runs
     assert run.device == "xla"
     assert run.samples_per_s == pytest.approx(truth.samples_per_s, rel=0.05)
@@ -130,6 +111,7 @@ def test_a_cell_that_compiles_every_step_is_diagnosed_with_the_cause_and_the_fix
     [
         ({"compile": "default"}, "--compile default: does not apply on the "),
         ({"pin_memory": True}, "--pin-memory on: does not apply on the "),
+        ({"precision": "bf16-mixed"}, "--precision bf16-mixed: not available on the "),
     ],
 )
 def test_knobs_that_cannot_act_on_xla_are_refused_in_one_line(option: dict, said: str) -> None:
@@ -144,3 +126,56 @@ def test_amp_is_bf16_true_and_matmul_is_inert_on_xla() -> None:
     assert device.amp()[0] == "bf16-true"
     assert device.matmul("high")[1] is False
     assert device.is_available()
+
+
+TPU_CELL = """
+trainer = pl.Trainer(accelerator="tpu", devices=1, max_steps=60, **QUIET_TRAINER)
+trainer.fit(Layers(2), known_cost_loader(n=64 * 65, batch_size=64, features=FEATURES))
+"""
+
+
+def test_the_magic_prints_the_table_and_refuses_compile_in_one_line(
+    shell, capsys: pytest.CaptureFixture
+) -> None:
+    shell.user_ns |= {
+        "pl": pl,
+        "Layers": Layers,
+        "known_cost_loader": known_cost_loader,
+        "QUIET_TRAINER": QUIET_TRAINER,
+        "FEATURES": FEATURES,
+    }
+    assert (
+        shell.run_cell_magic("profile_train", "--compile off,default --no-live", TPU_CELL) is None
+    )
+    trained, refused = speedlab.last.runs
+    assert trained.ok and trained.device == "xla" and trained.steps == STEPS
+    said = f"--compile default: does not apply on the {device_for('xla').name}: "
+    assert refused.error.startswith(f"KnobRefused: {said}") and not refused.steps
+    captured = capsys.readouterr()
+    table = captured.out.splitlines()
+    assert "samples/s" in table[0]
+    (baseline,) = [row for row in table if row.startswith("baseline")]
+    assert f"{trained.samples_per_s:.1f}" in baseline, baseline
+    err = captured.err.strip()
+    assert re.fullmatch(re.escape(said) + r"[^\n]*", err), err  # one line, no traceback
+
+
+def test_dataloader_workers_feed_the_xla_device() -> None:
+    alone, workers = profile(cell(Layers(2)), workers=[0, 2]).runs
+    for run in (alone, workers):
+        assert run.ok and run.device == "xla" and run.steps == STEPS, run.error
+    assert (alone.loader_workers(), workers.loader_workers()) == (0, 2)
+    assert "pipeline" not in alone.records  # the main process loads: nothing to stamp
+    stamps = workers.records["pipeline"]
+    assert set(stamps) == set(PIPELINE_KEYS)
+    assert sorted(set(stamps["worker"])) == [0, 1]
+    assert len(stamps["worker"]) >= STEPS
+    made = zip(stamps["start"], stamps["end"], stamps["taken"])
+    assert all(start <= end <= taken for start, end, taken in made)
+
+
+def test_the_panel_disables_compile_and_pin_memory_on_xla() -> None:
+    limits = hardware_limits()  # the device a run here trains on: XLA's
+    for knob in ("compile", "pin_memory"):
+        assert limits[knob][WHOLE].startswith(f"does not apply on the {device_for('xla').name}: ")
+    assert {"16-mixed", "bf16-mixed"} <= set(limits["precision"])

@@ -40,8 +40,8 @@ class CpuDevice(Device):
     def amp(self) -> tuple[str, str]:
         chosen = amp_choice(cuda=False, native_bf16=False)
         return chosen, (
-            f"precision=amp ran as {chosen}: without a CUDA GPU, bf16 autocast on the CPU is the "
-            "only mixed precision (fp16 AMP is GPU-only)."
+            f"precision=amp ran as {chosen} on the CPU: bf16 autocast is the CPU's mixed "
+            "precision (fp16 AMP is GPU-only)."
         )
 
     def matmul(self, level: str) -> tuple[str, bool]:

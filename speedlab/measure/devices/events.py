@@ -10,15 +10,24 @@ each step's edges as the host passes them; the device's stamps then give what th
 - data_time: ``origin`` to ``start``: the time the device had nothing of this step to run, the
   host-to-device copy included. copy_time: ``fetched`` to ``start``, the copy's part of it.
 - batch_time: ``start`` to ``end``; wall: ``origin`` to ``close``, less validation.
+- launch_lag: how long after the host queued a step's ``end`` the device reached it, for the
+  first ``LAG_STEPS`` steps: near zero where the device ran each operation as soon as the host
+  queued it (it waited on the host's launches), a step's work or more where the host ran ahead.
 
 The stamps are read once the device has passed them (``query``), a few steps later, or after
-one synchronisation at the end of the fit (``wait``): never a synchronisation per step.
+one synchronisation at the end of the fit (``wait``), and one more to set the device's clock
+against the host's: never a synchronisation per step.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+LAG_STEPS = 512
+"""The first steps whose launch lag is kept: their end events stay out of the pool until the
+fit's end, when the device's clock is set against the host's."""
 
 
 class Timeline(Protocol):
@@ -37,17 +46,25 @@ class EventTimeline:
     milliseconds, as ``torch.cuda.Event``); ``synchronize`` waits for the device's queue.
     """
 
-    def __init__(self, event: Callable[[], Any], synchronize: Callable[[], None]) -> None:
+    def __init__(
+        self, event: Callable[[], Any], synchronize: Callable[[], None], lags: int = LAG_STEPS
+    ) -> None:
         self._event = event
         self._synchronize = synchronize
         self._pool: list[Any] = []
         self._steps: dict[int, dict[str, Any]] = {}
+        self._lags = lags
+        self._ends: list[tuple[int, Any, float]] = []  # (step, its end event, host clock)
+        self._kept: set[int] = set()  # ids of those end events, kept out of the pool
 
     def mark(self, index: int, point: str) -> None:
         """The host reached ``point`` of step ``index``: the device stamps it when it gets there."""
         event = self._pool.pop() if self._pool else self._event()
         event.record()
         self._steps.setdefault(index, {})[point] = event
+        if point == "end" and len(self._ends) < self._lags:
+            self._ends.append((index, event, time.perf_counter()))
+            self._kept.add(id(event))
 
     def resolve(self, records: dict[str, list], *, wait: bool = False) -> None:
         """Write the device's figures of closed steps into ``records``; with ``wait``,
@@ -57,7 +74,8 @@ class EventTimeline:
         the end of the records never got there: both are dropped, so the step's own error is
         what the user sees.
         """
-        if wait and self._steps:
+        drained = wait and bool(self._steps)
+        if drained:
             self._synchronize()
         for index in sorted(self._steps):
             marks = self._steps[index]
@@ -67,7 +85,28 @@ class EventTimeline:
             del self._steps[index]
             if close is not None and index < len(records["batch_time"]) and "end" in marks:
                 self._write(records, index, marks)
-            self._pool += marks.values()
+            self._pool += [event for event in marks.values() if id(event) not in self._kept]
+        if wait and self._ends:
+            self._write_lags(records, drained)
+
+    def _write_lags(self, records: dict[str, list], drained: bool) -> None:
+        """Each kept step's ``launch_lag``: when the device finished it, on the host's clock,
+        less when the host queued its end. The clocks meet at an event recorded on an empty
+        queue (drained here unless it just was), which the device stamps at once."""
+        if not drained:
+            self._synchronize()
+        anchor = self._event()
+        anchor.record()
+        now = time.perf_counter()
+        self._synchronize()
+        n = len(records["batch_time"])
+        lags: list[float | None] = [None] * n
+        for index, end, queued in self._ends:
+            if index < n:
+                lags[index] = max(0.0, now - end.elapsed_time(anchor) / 1e3 - queued)
+        records["launch_lag"] = lags
+        self._ends.clear()
+        self._kept.clear()
 
     @staticmethod
     def _write(records: dict[str, list], index: int, marks: dict[str, Any]) -> None:

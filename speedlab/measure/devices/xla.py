@@ -29,9 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.devices.device import Device
-
-XLA_RECORD_KEYS = ("compile_time", "compiles", "host_transfers")
-"""Records of a run on an XLA device only (see ``XlaTimeline``)."""
+from speedlab.results.run import XLA_RECORD_KEYS
 
 
 @dataclass(frozen=True)
@@ -42,6 +40,10 @@ class XlaCounts:
     compile_s: float = 0.0
     executions: int = 0
     transfers: int = 0
+
+
+XLA_PRECISIONS = ("32-true", "16-true", "bf16-true")
+"""The precisions Lightning's XLA precision plugin takes (it has no mixed mode)."""
 
 
 class XlaRuntime:
@@ -203,7 +205,13 @@ class XlaDevice(Device):
         return XlaTimeline(warmup)
 
     def refusal(self, knob: str, value: Any) -> str | None:
-        """``--compile`` and ``--pin-memory on`` cannot act on an XLA device: refused."""
+        """``--compile``, ``--pin-memory on`` and a precision Lightning's XLA precision does not
+        take cannot act on an XLA device: refused."""
+        if knob == "precision" and value not in (None, "amp", *XLA_PRECISIONS):
+            return (
+                f"--precision {value}: not available on the {self.name}: Lightning's XLA "
+                f"precision takes {', '.join(XLA_PRECISIONS)} (amp runs as bf16-true)."
+            )
         if knob == "compile" and value not in (None, "off"):
             return (
                 f"--compile {value}: does not apply on the {self.name}: XLA compiles each "

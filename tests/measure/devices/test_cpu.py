@@ -24,7 +24,10 @@ def test_the_cpu_is_synchronous_and_gains_nothing_from_pinned_memory() -> None:
 def test_amp_is_bf16_on_the_cpu_and_says_why() -> None:
     chosen, note = CpuDevice().amp()
     assert chosen == "bf16-mixed"
-    assert note.startswith("precision=amp ran as bf16-mixed:") and "fp16 AMP is GPU-only" in note
+    assert (
+        note.startswith("precision=amp ran as bf16-mixed on the CPU:")
+        and "fp16 AMP is GPU-only" in note
+    )
 
 
 def test_the_cpus_math_is_its_flags_and_what_matmul_medium_measurably_does(fake_cpu_flags) -> None:

@@ -62,8 +62,9 @@ def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeEvent.clock = 0.033
     timeline.mark(0, "close")
     timeline.resolve(records, wait=True)
-    assert synchronized == [True]  # one synchronize, at the end
+    assert synchronized == [True, True]  # at the end: the queue drained, the clocks set
     expected = {"data_time": 0.012, "copy_time": 0.002, "batch_time": 0.020, "wall": 0.033}
+    assert len(records.pop("launch_lag")) == 1  # the clocks set against each other at the end
     assert records == {key: [pytest.approx(value)] for key, value in expected.items()}
 
 

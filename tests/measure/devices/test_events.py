@@ -4,8 +4,14 @@ gpu-marked tests)."""
 
 from __future__ import annotations
 
+from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.events import EventTimeline
-from tests.simulated_device import STEP_S, SimulatedDevice, device_work
+from tests.simulated_device import (
+    STEP_S,
+    SimulatedDevice,
+    device_work,
+    probe_on_simulated_device,
+)
 
 
 def step_records(steps: int) -> dict[str, list]:
@@ -63,3 +69,38 @@ def test_a_step_that_raised_before_it_was_recorded_is_dropped() -> None:
     timeline.mark(2, "origin")  # the next step began waiting, and never got its batch
     timeline.resolve(records, wait=True)
     assert len(records["batch_time"]) == 1 and records["batch_time"][0] > 0.004
+
+
+def test_the_launch_lag_tells_a_device_waiting_on_the_host_from_one_behind_it() -> None:
+    with probe_on_simulated_device() as device:  # the device's thread gets the GIL often
+        timeline = EventTimeline(device.event, device.synchronize)
+        records = step_records(8)
+        for step in range(8):
+            for point in ("origin", "fetched", "start"):
+                timeline.mark(step, point)
+            if step < 4:  # the host queues the step's work at once and runs ahead
+                device.launch(STEP_S)
+            else:  # the host launches tiny operations more slowly than the device runs them
+                for _ in range(20):
+                    busy_wait(0.001)
+                    device.launch(0.0)
+            timeline.mark(step, "end")
+            timeline.mark(step, "close")
+            if step == 3:
+                device.synchronize()  # the backlog gone before the host-paced steps
+        timeline.resolve(records, wait=True)
+    lags, batch = records["launch_lag"], records["batch_time"]
+    assert all(lag > 0.9 * STEP_S for lag in lags[:4])  # at least the step's own work behind
+    assert all(lag < 0.1 * b for lag, b in zip(lags[4:], batch[4:])), (lags, batch)
+
+
+def test_launch_lags_are_kept_for_the_first_steps_only() -> None:
+    device = SimulatedDevice()
+    timeline = EventTimeline(device.event, device.synchronize, lags=2)
+    records = step_records(4)
+    for step in range(4):
+        for point in ("origin", "fetched", "start", "end", "close"):
+            timeline.mark(step, point)
+        timeline.resolve(records)
+    timeline.resolve(records, wait=True)
+    assert [lag is None for lag in records["launch_lag"]] == [False, False, True, True]

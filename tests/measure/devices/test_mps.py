@@ -100,13 +100,14 @@ def test_a_steps_figures_are_the_apple_gpus_stamps(fake_mps: FakeMps) -> None:
     for at in stamps[1]:
         fake_mps.reach(at)
     timeline.resolve(out, wait=True)
-    assert fake_mps.synchronized == 1  # one, at the end
+    assert fake_mps.synchronized == 2  # at the end: the queue drained, the clocks set
     expected = {
         "data_time": [0.012, 0.008],
         "copy_time": [0.002, 0.001],
         "batch_time": [0.020, 0.030],
         "wall": [0.033, 0.039],
     }
+    assert len(out.pop("launch_lag")) == len(expected["batch_time"])
     assert out == {key: pytest.approx(values) for key, values in expected.items()}
 
 

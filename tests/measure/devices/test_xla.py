@@ -131,3 +131,11 @@ def test_the_device_is_named_by_the_hardware_xlas_runtime_is_set_to(
     else:
         monkeypatch.setenv("PJRT_DEVICE", pjrt)
     assert XlaDevice().name == name
+
+
+def test_a_precision_lightnings_xla_plugin_does_not_take_is_refused_naming_those_it_does() -> None:
+    device = XlaDevice(probe=lambda: True)
+    said = device.refusal("precision", "16-mixed")
+    assert said.startswith("--precision 16-mixed: not available on the ")
+    assert "32-true, 16-true, bf16-true (amp runs as bf16-true)" in said
+    assert device.refusal("precision", "amp") is device.refusal("precision", "bf16-true") is None
