@@ -126,7 +126,7 @@ venvs:
 # test-artifacts/gpu-simulated, so it cannot rot between lent GPUs.
 GPU_PYTHON ?= python3
 GPU_WHEELS ?= .gpu-wheels
-GPU_NEEDS  ?= psutil pytest pytest-timeout
+GPU_NEEDS  ?= psutil pytest pytest-timeout nvidia-ml-py
 GPU_TARGET ?= --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all:
 
 gpu-wheels:

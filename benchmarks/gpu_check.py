@@ -475,7 +475,7 @@ def check_pytest() -> list[Line]:
     """``pytest -m gpu`` and the rank tests, on this machine's cores."""
     lines = []
     for name, args in (
-        ("pytest -m gpu", ["-m", "gpu"]),
+        ("pytest -m gpu", ["-m", "gpu", "tests/measure"]),  # where the gpu tests are
         ("rank tests", ["tests/measure/test_ranks.py", "tests/measure/test_ranks_exit.py"]),
     ):
         done = subprocess.run(
