@@ -1,10 +1,10 @@
 """The assignment in the classroom's own grading tools: nbgrader's and otter-grader's command
 lines, on course folders built here from notebooks/assignments/, grade real submissions with
-real training. A working change that is not the solution's gets full points; the release with
-the slow storage switched off gets zero (a submission too slow to pass fails in the same
-assertion from the same check: tests/test_assignments.py grades the untouched release); a check
-that cannot grade fairly (other processes took the CPU) is an error that says so, never a
-zero."""
+real training. The solution's change and a working change that is not the solution's get full
+points; the release with the slow storage switched off gets zero (a submission too slow to pass
+fails in the same assertion from the same check: tests/test_assignments.py grades the untouched
+release); a check that cannot grade fairly (other processes took the CPU) is an error that says
+so, never a zero."""
 
 from __future__ import annotations
 
@@ -42,12 +42,15 @@ OTTER_MASTER = ASSIGNMENTS / "otter/faster_pipeline.ipynb"
 POINTS = 10.0
 
 # What each submission puts in place of the release's "# YOUR CHANGES HERE" line of train().
-# The working change is not the solution's (4 workers): 3 workers also hide the storage wait,
-# about 3x on a quiet 2-core machine against a pass mark of at most 2x.
+# nbgrader grades a working change that is not the solution's (3 workers also hide the storage
+# wait, about 3x on a quiet 2-core machine against a pass mark of at most 2x), otter the
+# solution's own (4 workers); both grade the change that switches the slow storage off.
 SUBMISSIONS = {
     "working": "data.num_workers = 3",
+    "solution": "data.num_workers = 4",
     "storage_off": "data.throttle = None",
 }
+GRADED = {"nbgrader": ("working", "storage_off"), "otter": ("solution", "storage_off")}
 FAILS = {  # how the output of each failing submission begins its verdict
     "storage_off": re.compile(r"FAIL: the data changed: the storage is open_binary, "),
 }
@@ -237,14 +240,14 @@ def check_output(course: Path, student: str) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_nbgrader_autograde_scores_the_submissions(nbgrader_course: Path) -> None:
-    submit(nbgrader_course, SUBMISSIONS)
+    submit(nbgrader_course, {student: SUBMISSIONS[student] for student in GRADED["nbgrader"]})
     graded = tool("nbgrader", "autograde", "faster_pipeline", cwd=nbgrader_course, ok=False)
     refused = refusals(graded.stdout)
     assert (graded.returncode != 0) == bool(refused), graded.stdout[-6000:]
     tool("nbgrader", "export", cwd=nbgrader_course)
     with open(nbgrader_course / "grades.csv") as f:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
-    for student in set(SUBMISSIONS) - set(refused):
+    for student in set(GRADED["nbgrader"]) - set(refused):
         output = check_output(nbgrader_course, student)
         if student in FAILS:
             assert FAILS[student].search(output), output
@@ -279,7 +282,8 @@ def otter_run(dist: Path, student: str, change: str | None) -> dict | str:
 @pytest.mark.timeout(1500)
 def test_otter_run_scores_the_submissions(otter_dist: Path) -> None:
     refused = {}
-    for student, change in SUBMISSIONS.items():
+    for student in GRADED["otter"]:
+        change = SUBMISSIONS[student]
         test = otter_run(otter_dist, student, change)
         if isinstance(test, str):
             refused[student] = test
