@@ -271,11 +271,13 @@ def _where(f: dict) -> None:
         assert (
             f"data_time {data * 1e3:5.1f} ms, arithmetic {expected * 1e3:4.1f} ms" in f["printed"]
         )
-    # The arithmetic: a worker making a batch in the main process's wait (16 ms, more where the
-    # OS wakes its sleeps late) beside a step of at least 10 ms leaves 1 worker that wait less
-    # the step, 2 workers about none; each batch's hand-over from a worker (measured on this
-    # machine: about 2.7 ms on 2 cores) comes on top.
-    assert one < max(0.0, none - f["arith_batch"][1]) + f["handover"] + 0.002
+    # The lesson's arithmetic: a worker making a batch in the main process's wait (16 ms, more
+    # where the OS wakes its sleeps late: 18.6 ms in CI) beside a step of at least its 10 ms of
+    # busy-waiting leaves 1 worker at most that wait less 10 ms, 2 workers about none; each
+    # batch's hand-over from a worker (measured on this machine: about 2.6 ms on 2 cores) comes
+    # on top. (Less the 1-worker run's whole batch_time is too little: it grows beside the
+    # worker, 18.7 ms in CI, where the wait was 7.2 ms.)
+    assert one < max(0.0, none - 0.010) + f["handover"] + 0.002
     assert two < none / 2 + 0.002
     assert f["workers_seen"] == [0, 1]
     assert_verdicts(f, "arith")
