@@ -54,6 +54,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 import speedlab  # noqa: E402
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader  # noqa: E402
 from speedlab.labs.known_cost import busy_wait  # noqa: E402
+from speedlab.measure.machine import usable_cores  # noqa: E402
 from speedlab.measure.probe import SpeedProbe  # noqa: E402
 from speedlab.results.codec import to_plain  # noqa: E402
 from speedlab.results.run import RunResult  # noqa: E402
@@ -129,7 +130,7 @@ class Cuda(Backend):
             "gpu": torch.cuda.get_device_name(),
             "cuda": torch.version.cuda,
             "driver": driver,
-            "cores": _cores(),
+            "cores": usable_cores(),
         }
 
 
@@ -168,13 +169,7 @@ class Simulated(Backend):
         self.device.synchronize()
 
     def facts(self) -> dict[str, Any]:
-        return {**super().facts(), "source": "simulated device", "cores": _cores()}
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return {**super().facts(), "source": "simulated device", "cores": usable_cores()}
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,11 @@ class SimulatedEvent:
     def __init__(self, device: SimulatedDevice) -> None:
         self._device = device
         self.stamp: float | None = None
+        self.queued = 0.0
 
     def record(self) -> None:
         self.stamp = None
+        self.queued = time.perf_counter()
         self._device.queue.put(self)
 
     def query(self) -> bool:
@@ -69,6 +71,8 @@ class SimulatedDevice(CpuDevice):
         self.queue: queue.Queue[float | SimulatedEvent] = queue.Queue()
         self.worked: list[float] = []  # how long each piece of work really took (a busy host
         # wakes the device's thread late)
+        self.waits: list[float] = []  # how long each event waited in the queue: at least the
+        # work queued before it, plus however late the machine woke the device's thread
         threading.Thread(target=self._run, name="simulated-device", daemon=True).start()
 
     def launch(self, seconds: float) -> None:
@@ -88,6 +92,7 @@ class SimulatedDevice(CpuDevice):
             item = self.queue.get()
             if isinstance(item, SimulatedEvent):
                 item.stamp = time.perf_counter()
+                self.waits.append(item.stamp - item.queued)
             else:
                 start = time.perf_counter()
                 time.sleep(item)

@@ -88,10 +88,15 @@ def test_the_launch_lag_tells_a_device_waiting_on_the_host_from_one_behind_it() 
             timeline.mark(step, "close")
             if step == 3:
                 device.synchronize()  # the backlog gone before the host-paced steps
+                settled = len(device.waits)
         timeline.resolve(records, wait=True)
+    # On an idle device an event waits only for the machine to wake the device's thread: a few
+    # milliseconds when another process holds the other core (CI measured 4.5 ms), which a
+    # host-paced step's lag may carry.
+    late = max(device.waits[settled:])
     lags, batch = records["launch_lag"], records["batch_time"]
     assert all(lag > 0.9 * STEP_S for lag in lags[:4])  # at least the step's own work behind
-    assert all(lag < 0.1 * b for lag, b in zip(lags[4:], batch[4:])), (lags, batch)
+    assert all(lag < 0.1 * b + late for lag, b in zip(lags[4:], batch[4:])), (lags, batch, late)
 
 
 def test_launch_lags_are_kept_for_the_first_steps_only() -> None:
