@@ -6,8 +6,9 @@ as ``[_TrainingEpochLoop].train_dataloader_next`` and each forward/backward/opti
 instance's ``start``/``stop`` (the user's profiler keeps receiving every call) and adds the
 callback hooks around them:
 
-- data_time: from the fetch start to ``on_train_batch_start`` (loader wait + host-to-device
-  transfer); for the first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
+- data_time: from the fetch start to the end of the strategy's ``batch_to_device`` (loader
+  wait + host-to-device transfer; the batch's start where the loop moves no batch); for the
+  first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
 - batch_time: the ``run_training_batch`` span.
 - wall: from this step's start to the next one's, validation excluded.
 
@@ -21,7 +22,9 @@ warm-up step counts the step's FLOPs (``speedlab.measure.flops``), against the d
 taken at setup, before the first step. What differs by device, the probe asks of
 ``speedlab.measure.devices.device_for(device type)``.
 
-The hot path only appends floats to lists: no tensor allocation, no ``.item()``, no synchronize.
+The hot path only reads the clock and appends to lists: no tensor allocation, no ``.item()``,
+no synchronize; one callback hook a step (``on_train_batch_end``), the others left to Lightning
+to skip (``benchmarks/probe_overhead.py`` measures what it adds).
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ import sys
 import time
 from collections.abc import Mapping
 from typing import Any
-
-from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
@@ -100,14 +101,15 @@ class _SpeedProbeCore:
             if self.compiled is not None
             else getattr(pl_module, "_compiler_ctx", None) is not None
         )
+        self._steady_from = max(self.warmup, int(self._compiled))  # the first steady index
+        self._ranked = False  # whether the steps close a rank's sync spans
         self._origin = self._t0  # when the current step started waiting for its batch
         self._step_open = False
         self._first_in_epoch = False
         self._epoch = 0
         self._val_start = 0.0
         self._val_since = 0.0  # validation seconds since the open step started
-        self._batch_start = self._batch_end = self._hook_start = 0.0
-        self._batch_samples = 0
+        self._batch_start = self._batch_end = self._data_end = 0.0
         self._loaders: Any = None  # a dict or list of training loaders, if several
         self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
@@ -123,22 +125,28 @@ class _SpeedProbeCore:
         profiler = trainer.profiler
         start, stop = profiler.start, profiler.stop
         fetch, batch = FETCH_ACTION, BATCH_ACTION
-        # Lightning's default profiler does nothing: skip calling it ~24 times a step.
+        to_device = f"[Strategy]{type(trainer.strategy).__name__}.batch_to_device"
+        watched = frozenset((fetch, batch, to_device))
+        # Lightning's default profiler does nothing: skip calling it ~20 times a step.
         own = vars(profiler)
         silent = type(profiler).__name__ == "PassThroughProfiler" and not (
             "start" in own or "stop" in own
         )
+        # About 20 actions a step pass through here: the other ones cost a set lookup.
 
         def probe_start(action: str) -> None:
             if not silent:
                 start(action)
-            if action == fetch:
-                self._on_fetch_start()
-            elif action == batch:
+            if action not in watched:
+                return
+            if action == batch:
                 for watch in self._watches:
                     watch.enter(len(self.records["batch_time"]))
-                self._mark("start")
+                if self._timeline is not None:
+                    self._mark("start")
                 self._batch_start = _perf()
+            elif action == fetch and not self._first_in_epoch:
+                self._begin_step(_perf())  # the epoch's first step waits from its start
 
         ranks = self.distributed
         watch_errors = ranks.in_child
@@ -146,13 +154,17 @@ class _SpeedProbeCore:
         def probe_stop(action: str) -> None:
             if watch_errors and (error := sys.exc_info()[1]) is not None:
                 ranks.saw(error)
-            if action == batch:
-                self._batch_end = _perf()
-                self._mark("end")
-                for watch in self._watches:
-                    watch.exit()
-            elif action == fetch:
-                self._mark("fetched")
+            if action in watched:
+                if action == batch:
+                    self._batch_end = _perf()
+                    if self._timeline is not None:
+                        self._mark("end")
+                    for watch in self._watches:
+                        watch.exit()
+                elif action == to_device:
+                    self._data_end = _perf()
+                elif self._timeline is not None:
+                    self._mark("fetched")
             if not silent:
                 stop(action)
 
@@ -204,24 +216,21 @@ class _SpeedProbeCore:
         if self._timeline is not None:
             self._timeline.mark(self._steps if index is None else index, point)
 
-    def _on_fetch_start(self) -> None:
-        now = _perf()
-        if self._first_in_epoch:
-            return  # the epoch's first step waits from on_train_epoch_start
-        self._begin_step(now)
-
     def _begin_step(self, now: float) -> None:
         """Close the open step and start the next one's wait for its batch."""
         self._close_step(now)
         self._origin = now
-        self._mark("origin")
+        self._data_end = 0.0
+        if self._timeline is not None:
+            self._mark("origin")
 
     def _close_step(self, now: float) -> None:
         """End the open step: its wall runs until now, less validation run in between."""
         if self._step_open:
             self.records["wall"][-1] = now - self._origin - self._val_since
             self._step_open = False
-            self._mark("close", self._steps - 1)
+            if self._timeline is not None:
+                self._mark("close", len(self.records["wall"]) - 1)
         self._val_since = 0.0
 
     def _phase(self, index: int) -> str:
@@ -304,20 +313,12 @@ class _SpeedProbeCore:
         self._flops = FlopWatch(self._counted_step(pl_module))
         self._watches = tuple(w for w in (self._syncs, self._flops) if w is not None)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
+        self._ranked = self.distributed.sync is not None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin_step(_perf())
         self._first_in_epoch = True
         self._epoch = trainer.current_epoch
-
-    def on_train_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._hook_start = _perf()
-        loaders = self._loaders
-        self._batch_samples = (
-            batch_size_of(batch) if loaders is None else samples_of(batch, loaders)
-        )
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -325,16 +326,20 @@ class _SpeedProbeCore:
         if not self._active:
             return
         r = self.records
-        index = self._steps
-        r["t"].append(self._origin - self._t0)
-        r["data_time"].append(self._hook_start - self._origin)
+        index = len(r["wall"])
+        origin, start = self._origin, self._batch_start
+        data_time = (self._data_end or start) - origin
+        r["t"].append(origin - self._t0)
+        r["data_time"].append(data_time)
         if self._timeline is not None:  # the host's figures until the device's replace them
-            r["host_data_time"].append(self._hook_start - self._origin)
+            r["host_data_time"].append(data_time)
             r["copy_time"].append(0.0)
-        r["batch_time"].append(self._batch_end - self._batch_start)
-        r["wall"].append(self._batch_end - self._origin)
-        r["samples"].append(self._batch_samples)
-        r["phase"].append(self._phase(index))
+        r["batch_time"].append(self._batch_end - start)
+        r["wall"].append(self._batch_end - origin)
+        loaders = self._loaders
+        r["samples"].append(batch_size_of(batch) if loaders is None else samples_of(batch, loaders))
+        steady_step = index >= self._steady_from and not self._first_in_epoch
+        r["phase"].append(Phase.steady if steady_step else self._phase(index))
         r["epoch"].append(self._epoch)
         self._step_open = True
         self._first_in_epoch = False
@@ -343,7 +348,10 @@ class _SpeedProbeCore:
             self._last_loss = loss
         if self._timeline is not None:
             self._timeline.resolve(r)
-        self.distributed.step_end()
+        if self._watches and index + 1 >= self.warmup:
+            self._watches = ()  # both watch warm-up steps only: none left to enter
+        if self._ranked:
+            self.distributed.step_end()
         if (index + 1) % self.log_every_n_steps == 0:
             self._log(trainer, index)
 
@@ -465,13 +473,12 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
         print(probe.result().report())
     """
 
-    @property
-    @override
-    def state_key(self) -> str:
-        return "SpeedProbe"
+    # Lightning reads it on every hook it dispatches: a plain attribute, not the base's property.
+    state_key = "SpeedProbe"  # type: ignore[assignment]
 
     # Lightning skips a callback's hook that is not callable. The probe does not listen to these
     # per-step hooks, and dispatching each would cost a profiler context every step.
+    on_train_batch_start = None  # type: ignore[assignment]
     on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
     on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]

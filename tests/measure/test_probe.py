@@ -136,6 +136,37 @@ class Validated(KnownCostModel):
         return None
 
 
+class SlowEdges(KnownCostModel):
+    """A step of 5 ms whose batch takes 6 ms to reach the device and whose
+    ``on_train_batch_start`` takes 9 ms: the copy is the data's (the device waits for it), the
+    hook neither the data's nor the batch's. Sleeps: the same on a busy machine."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.005)
+        return super().training_step(batch, batch_idx)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        time.sleep(0.006)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        time.sleep(0.009)
+
+
+def test_data_time_ends_when_the_batch_is_on_the_device() -> None:
+    probe = SpeedProbe(warmup=2, sample_system=False)
+    loader = known_cost_loader(n=8 * 20, batch_size=8)  # no wait of its own
+    trainer(probe, max_steps=12).fit(SlowEdges(step_s=0.0), loader)
+    steady_steps = [i for i, phase in enumerate(probe.records["phase"]) if phase == "steady"]
+    data, batch, wall = (
+        [probe.records[key][i] for i in steady_steps] for key in ("data_time", "batch_time", "wall")
+    )
+    # The copy's sleep is the data's, the step's the batch's; the wall holds the hook's beside
+    # them, in neither figure. Lower bounds only: a busy machine stretches torch's work.
+    assert min(data) >= 0.006 and min(batch) >= 0.005, (data, batch)
+    assert all(w - d - b >= 0.009 for w, d, b in zip(wall, data, batch)), (wall, data, batch)
+
+
 def test_phases_warmup_epoch_start_and_validation() -> None:
     probe = SpeedProbe(warmup=3, sample_system=False)
     train = known_cost_loader(n=80, batch_size=8)  # 10 steps an epoch
