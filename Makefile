@@ -22,9 +22,6 @@ TORCH_PIP    = $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 # torchvision, whose PyPI build fails to load beside a CPU torch and then breaks torch.compile;
 # pyproject's test extra lists what it needs for streaming tensors.
 LITDATA     ?= litdata>=0.2.50
-# pip without byte-compiling every file it installs (half of its time here: 14,000 files in
-# .venv); Python compiles what is imported, once, on first import.
-PIP_QUIET = --quiet --no-compile
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
@@ -59,9 +56,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install $(PIP_QUIET) $(TORCH_PIP)
-	$(PY) -m pip install $(PIP_QUIET) -e ".[test]" "$(TORCH)"
-	$(PY) -m pip install $(PIP_QUIET) --no-deps "$(LITDATA)"
+	$(PY) -m pip install --quiet $(TORCH_PIP)
+	$(PY) -m pip install --quiet -e ".[test]" "$(TORCH)"
+	$(PY) -m pip install --quiet --no-deps "$(LITDATA)"
 	touch $(STAMP)
 
 # JupyterLab prints the address to open (with its token) once it serves. As root (a container,
@@ -158,8 +155,8 @@ setup-xla: $(XLA_VENV)/.installed
 $(XLA_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(XLA_VENV)
 	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(XLA_VENV)/bin/python -m pip install $(PIP_QUIET) $(XLA_PINS)
-	$(XLA_VENV)/bin/python -m pip install $(PIP_QUIET) -e . pytest pytest-timeout "$(XLA_TORCH)"
+	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_PINS)
+	$(XLA_VENV)/bin/python -m pip install --quiet -e . pytest pytest-timeout "$(XLA_TORCH)"
 	touch $@
 
 test-xla: setup-xla
@@ -171,9 +168,9 @@ test-xla: setup-xla
 .venv-%/.installed: pyproject.toml
 	$$(.ci/python-for $*) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install $(PIP_QUIET) $(TORCH_PIP)
-	.venv-$*/bin/python -m pip install $(PIP_QUIET) -e ".[test]" "$(TORCH)"
-	.venv-$*/bin/python -m pip install $(PIP_QUIET) --no-deps "$(LITDATA)"
+	.venv-$*/bin/python -m pip install --quiet $(TORCH_PIP)
+	.venv-$*/bin/python -m pip install --quiet -e ".[test]" "$(TORCH)"
+	.venv-$*/bin/python -m pip install --quiet --no-deps "$(LITDATA)"
 	touch $@
 
 test-python-%:
@@ -186,8 +183,8 @@ test-pythons: $(addprefix test-python-,$(PYTHONS))
 .edge-%/.installed: pyproject.toml tests/requirements-edge.txt
 	$$(.ci/python-for $*) -m venv .edge-$*
 	.edge-$*/bin/python -m pip install --quiet --upgrade pip
-	.edge-$*/bin/python -m pip install $(PIP_QUIET) -r tests/requirements-edge.txt
-	.edge-$*/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	.edge-$*/bin/python -m pip install --quiet -r tests/requirements-edge.txt
+	.edge-$*/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 # An edge venv where that Python is here (skipped with a line where it is not, except on CI).
