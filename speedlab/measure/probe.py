@@ -1,10 +1,13 @@
 """SpeedProbe: the Lightning Callback that measures data_time and batch_time of every step.
 
-Timing points come from Lightning itself. The trainer reports each batch fetch to its profiler
-as ``[_TrainingEpochLoop].train_dataloader_next`` and each forward/backward/optimizer step as
-``run_training_batch``; the probe listens to those two actions by wrapping the profiler
-instance's ``start``/``stop`` (the user's profiler keeps receiving every call) and adds the
-callback hooks around them:
+Timing points come from the calls Lightning's fit loop makes for every step: its data fetcher
+calls the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` around each batch's fetch
+(Lightning's profiler action ``[_TrainingEpochLoop].train_dataloader_next``), the strategy's
+``batch_to_device`` moves the batch, and the optimization loop's ``run`` trains it (the
+profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods on the
+trainer's own loop and strategy objects for the length of the fit (``speedlab.measure.taps``):
+nothing of the user's (model, profiler, callbacks) is touched, and a step costs the probe four
+Python calls, no callback hook and no profiler context.
 
 - data_time: from the fetch start to the end of the strategy's ``batch_to_device`` (loader
   wait + host-to-device transfer; the batch's start where the loop moves no batch); for the
@@ -23,8 +26,7 @@ taken at setup, before the first step. What differs by device, the probe asks of
 ``speedlab.measure.devices.device_for(device type)``.
 
 The hot path only reads the clock and appends to lists: no tensor allocation, no ``.item()``,
-no synchronize; one callback hook a step (``on_train_batch_end``), the others left to Lightning
-to skip (``benchmarks/probe_overhead.py`` measures what it adds).
+no synchronize (``benchmarks/probe_overhead.py`` measures what it adds).
 """
 
 from __future__ import annotations
@@ -41,13 +43,11 @@ from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
+from speedlab.measure.taps import Taps
 from speedlab.measure.workload import batch_size_of, loader_facts, samples_of, training_plan
 from speedlab.results.run import STEP_PHASES, Phase, RunResult, empty_records
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
-
-FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
-BATCH_ACTION = "run_training_batch"
 
 _perf = time.perf_counter
 
@@ -83,7 +83,7 @@ class _SpeedProbeCore:
         self._flops = FlopWatch(None)
         self.sampler: SystemSampler | None = None
         self._result: RunResult | None = None
-        self._profiler: Any = None
+        self._taps = Taps()
         self._active = False
         self.exception: BaseException | None = None
         self.distributed = RankRecorder()  # per-rank records, sync time (speedlab.measure.ranks)
@@ -121,62 +121,82 @@ class _SpeedProbeCore:
         self._trainer = trainer
         self._active = True
 
-    def _attach_profiler(self, trainer: Any) -> None:
-        profiler = trainer.profiler
-        start, stop = profiler.start, profiler.stop
-        fetch, batch = FETCH_ACTION, BATCH_ACTION
-        to_device = f"[Strategy]{type(trainer.strategy).__name__}.batch_to_device"
-        # Lightning's default profiler does nothing: skip calling it ~20 times a step.
-        own = vars(profiler)
-        silent = type(profiler).__name__ == "PassThroughProfiler" and not (
-            "start" in own or "stop" in own
-        )
-        # About 20 actions a step pass through here, each a string Lightning has just formatted:
-        # comparing it costs less than hashing it for a set (callgrind).
+    def _attach_taps(self, trainer: Any) -> None:
+        """Wrap the calls that bound each training step on the trainer's loop and strategy.
+        Once the fit is over the wrappers only pass calls on: another probe's may sit on top of
+        them, which then puts them back when it is taken off."""
+        loop = trainer.fit_loop.epoch_loop
+        ranks = self.distributed
+        watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
 
-        def probe_start(action: str) -> None:
-            if not silent:
-                start(action)
-            if action == batch:
-                for watch in self._watches:
+        def fetch_start(original: Any) -> Any:
+            def fetch_starts() -> None:
+                original()
+                if self._active and not self._first_in_epoch:  # the first waits from its start
+                    self._begin_step(_perf())
+
+            return fetch_starts
+
+        def fetch_end(original: Any) -> Any:
+            def fetch_ends() -> None:
+                if watch_errors and (error := sys.exc_info()[1]) is not None:
+                    ranks.saw(error)
+                if self._timeline is not None and self._active:
+                    self._mark("fetched")
+                original()
+
+            return fetch_ends
+
+        def to_device(original: Any) -> Any:
+            def on_device(*args: Any, **kwargs: Any) -> Any:
+                batch = original(*args, **kwargs)
+                self._data_end = _perf()
+                return batch
+
+            return on_device
+
+        def run(original: Any) -> Any:
+            def trains(*args: Any) -> Any:  # (optimizer, batch_idx, kwargs) or (kwargs)
+                if not self._active:
+                    return original(*args)
+                watches = self._watches
+                for watch in watches:
                     watch.enter(len(self.records["batch_time"]))
                 if self._timeline is not None:
                     self._mark("start")
                 self._batch_start = _perf()
-            elif action == fetch and not self._first_in_epoch:
-                self._begin_step(_perf())  # the epoch's first step waits from its start
+                try:
+                    outputs = original(*args)
+                except BaseException as error:
+                    if watch_errors:
+                        ranks.saw(error)
+                    raise
+                finally:
+                    self._batch_end = _perf()
+                    if self._timeline is not None:
+                        self._mark("end")
+                    for watch in watches:
+                        watch.exit()
+                self._step_done(outputs, args[-1])
+                return outputs
 
-        ranks = self.distributed
-        watch_errors = ranks.in_child
+            return trains
 
-        def probe_stop(action: str) -> None:
-            if watch_errors and (error := sys.exc_info()[1]) is not None:
-                ranks.saw(error)
-            if action == batch:
-                self._batch_end = _perf()
-                if self._timeline is not None:
-                    self._mark("end")
-                for watch in self._watches:
-                    watch.exit()
-            elif action == to_device:
-                self._data_end = _perf()
-            elif action == fetch and self._timeline is not None:
-                self._mark("fetched")
-            if not silent:
-                stop(action)
-
-        self._saved = {k: profiler.__dict__[k] for k in ("start", "stop") if k in profiler.__dict__}
-        profiler.start, profiler.stop = probe_start, probe_stop
-        self._profiler = profiler
+        taps = self._taps
+        taps.put(loop, "_on_before_fetch", fetch_start)
+        taps.put(loop, "_on_after_fetch", fetch_end)
+        taps.put(trainer.strategy, "batch_to_device", to_device)
+        taps.put(loop.automatic_optimization, "run", run)
+        taps.put(loop.manual_optimization, "run", run)
+        # Attached mid-fit, the fetcher already holds the loop's own methods (it takes them as
+        # each epoch starts): it gets the wrappers now.
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_start_profiler"):
+            taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
+            taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)
 
     def _detach(self) -> None:
-        profiler, self._profiler = self._profiler, None
-        if profiler is not None:
-            for key in ("start", "stop"):
-                if key in self._saved:
-                    setattr(profiler, key, self._saved[key])
-                else:
-                    profiler.__dict__.pop(key, None)
+        self._taps.remove()
         if self.sampler is not None:
             self.sampler.stop()
 
@@ -201,17 +221,11 @@ class _SpeedProbeCore:
 
     # -- timing points ----------------------------------------------------------------------
 
-    @property
-    def _steps(self) -> int:
-        """Steps recorded so far: the index of the step being fetched or trained, one past the
-        open (last recorded) step."""
-        return len(self.records["wall"])
-
     def _mark(self, point: str, index: int | None = None) -> None:
         """Mark ``point`` of a step (the one being fetched or trained, by default) in the
         device's queue, on an asynchronous device."""
         if self._timeline is not None:
-            self._timeline.mark(self._steps if index is None else index, point)
+            self._timeline.mark(len(self.records["wall"]) if index is None else index, point)
 
     def _begin_step(self, now: float) -> None:
         """Close the open step and start the next one's wait for its batch."""
@@ -251,7 +265,7 @@ class _SpeedProbeCore:
         }
         self.peak = self._peak_before_training(trainer, pl_module)
         self._reset(trainer, pl_module)
-        self._attach_profiler(trainer)
+        self._attach_taps(trainer)
         if self.sample_system:
             self.sampler = SystemSampler()
             self.sampler.start()
@@ -317,11 +331,14 @@ class _SpeedProbeCore:
         self._first_in_epoch = True
         self._epoch = trainer.current_epoch
 
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def _step_done(self, outputs: Any, step: Any) -> None:
+        """Record a trained step. ``step``: the keyword arguments of its ``training_step``
+        (``batch``, or ``dataloader_iter`` for a step that fetches its own batches)."""
         if not self._active:
             return
+        batch = step.get("batch") if isinstance(step, Mapping) else None
+        if batch is None:  # a step fed the loader's iterator: the fetcher keeps its last batch
+            batch = getattr(self._trainer.fit_loop._data_fetcher, "_batch", None)
         r = self.records
         index = len(r["wall"])
         origin, start = self._origin, self._batch_start
@@ -350,7 +367,7 @@ class _SpeedProbeCore:
         if self._ranked:
             self.distributed.step_end()
         if (index + 1) % self.log_every_n_steps == 0:
-            self._log(trainer, index)
+            self._log(self._trainer, index)
 
     def _log(self, trainer: Any, index: int) -> None:
         if self._last_loss is not None:
@@ -370,12 +387,12 @@ class _SpeedProbeCore:
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
         if self._step_open:
-            self._mark("val_start", self._steps - 1)
+            self._mark("val_start", len(self.records["wall"]) - 1)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
             if self._step_open:
-                self._mark("val_end", self._steps - 1)
+                self._mark("val_end", len(self.records["wall"]) - 1)
             seconds = _perf() - self._val_start
             self.phases[Phase.validation] += seconds
             self._val_since += seconds
@@ -475,7 +492,7 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
 
     # Lightning skips a callback's hook that is not callable. The probe does not listen to these
     # per-step hooks, and dispatching each would cost a profiler context every step.
-    on_train_batch_start = None  # type: ignore[assignment]
+    on_train_batch_start = on_train_batch_end = None  # type: ignore[assignment]
     on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
     on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]

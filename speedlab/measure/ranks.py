@@ -326,8 +326,8 @@ class RankRecorder:
         )
 
     def saw(self, error: BaseException) -> None:
-        """Keep the first error seen on its way out of a step (the probe calls this from
-        Lightning's profiler hooks, which run in ``finally`` blocks). The exit handler reports
+        """Keep the first error seen on its way out of a step (the probe calls this from its
+        wrappers of the loop's fetch and training calls). The exit handler reports
         it: since Python 3.13 that handler runs after the process's bootstrap has returned, when
         no error is in flight any more."""
         if self.error is None:

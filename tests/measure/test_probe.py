@@ -13,11 +13,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from speedlab.labs import KnownCostModel, known_cost_loader
-from speedlab.measure.probe import (
-    BATCH_ACTION,
-    SpeedProbe,
-)
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure.probe import SpeedProbe
 from speedlab.measure.workload import loader_facts
 from speedlab.results.steady import steady
 
@@ -183,18 +180,33 @@ def test_phases_warmup_epoch_start_and_validation() -> None:
     assert max(result.records["wall"]) < 0.1
 
 
+def lightning_leftovers(t: pl.Trainer) -> dict[str, set[str]]:
+    """The probe's wrappers still on the trainer's objects after a fit (none, if taken off)."""
+    loop = t.fit_loop.epoch_loop
+    objects = {
+        "loop": (loop, {"_on_before_fetch", "_on_after_fetch"}),
+        "strategy": (t.strategy, {"batch_to_device"}),
+        "automatic": (loop.automatic_optimization, {"run"}),
+        "manual": (loop.manual_optimization, {"run"}),
+        "profiler": (t.profiler, {"start", "stop"}),
+    }
+    return {
+        name: set(vars(o)) & names for name, (o, names) in objects.items() if set(vars(o)) & names
+    }
+
+
 def test_user_profiler_keeps_every_action() -> None:
     probe = SpeedProbe(sample_system=False)
     t = trainer(probe, max_steps=12, profiler="simple")
     t.fit(KnownCostModel(step_s=0.001), known_cost_loader(n=400, batch_size=8))
-    assert len(t.profiler.recorded_durations[BATCH_ACTION]) == 12
-    assert {"start", "stop"}.isdisjoint(vars(t.profiler)), "profiler left wrapped"
-    assert probe.result().steps == 12
     actions = t.profiler.recorded_durations
-    assert len(actions["[Callback]SpeedProbe.on_train_batch_end"]) == 12
-    # Hooks the probe does not listen to are not dispatched to it: each would cost every step.
-    assert not [a for a in actions if a.startswith("[Callback]SpeedProbe.on_before_")]
-    assert "[Callback]SpeedProbe.on_after_backward" not in actions
+    assert len(actions["run_training_batch"]) == 12
+    assert len(actions["[_TrainingEpochLoop].train_dataloader_next"]) >= 12
+    assert lightning_leftovers(t) == {}
+    assert probe.result().steps == 12
+    # No per-step hook is dispatched to the probe: each would cost a profiler context a step.
+    per_step = [a for a in actions if a.startswith("[Callback]SpeedProbe.on_") and "batch" in a]
+    assert per_step == [] and "[Callback]SpeedProbe.on_after_backward" not in actions
 
 
 def test_works_with_pytorch_lightning_imports() -> None:
@@ -235,6 +247,14 @@ def test_logs_data_and_batch_time_to_the_loggers(tmp_path: Path) -> None:
     assert len(probe.result().losses) == 4
 
 
+def test_two_probes_on_one_trainer_both_measure_and_leave_nothing_behind() -> None:
+    first, second = SpeedProbe(sample_system=False), SpeedProbe(sample_system=False)
+    t = pl.Trainer(callbacks=[first, second], max_steps=12, accelerator="cpu", **QUIET_TRAINER)
+    t.fit(KnownCostModel(step_s=0.001), known_cost_loader(n=400, batch_size=8))
+    assert first.result().steps == second.result().steps == 12
+    assert lightning_leftovers(t) == {}
+
+
 def test_exception_keeps_partial_result_and_unwraps_profiler() -> None:
     class Failing(KnownCostModel):
         def training_step(self, batch, batch_idx):
@@ -248,7 +268,7 @@ def test_exception_keeps_partial_result_and_unwraps_profiler() -> None:
         t.fit(Failing(step_s=0.001), known_cost_loader(n=400, batch_size=8))
     assert probe.result().steps == 9
     assert isinstance(probe.exception, RuntimeError)
-    assert {"start", "stop"}.isdisjoint(vars(t.profiler))
+    assert lightning_leftovers(t) == {}
 
 
 def test_compiled_model_marks_its_first_step_as_compile() -> None:
