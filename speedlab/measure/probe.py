@@ -6,8 +6,8 @@ calls the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` around each 
 ``batch_to_device`` moves the batch, and the optimization loop's ``run`` trains it (the
 profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods on the
 trainer's own loop and strategy objects for the length of the fit (``speedlab.measure.taps``):
-nothing of the user's (model, profiler, callbacks) is touched, and a step costs the probe four
-Python calls, no callback hook and no profiler context.
+nothing of the user's (model, profiler, callbacks) is touched, and a step costs the probe no
+callback hook and no profiler context.
 
 - data_time: from the fetch start to the end of the strategy's ``batch_to_device`` (loader
   wait + host-to-device transfer; the batch's start where the loop moves no batch); for the
@@ -101,8 +101,6 @@ class _SpeedProbeCore:
             if self.compiled is not None
             else getattr(pl_module, "_compiler_ctx", None) is not None
         )
-        self._steady_from = max(self.warmup, int(self._compiled))  # the first steady index
-        self._ranked = False  # whether the steps close a rank's sync spans
         self._origin = self._t0  # when the current step started waiting for its batch
         self._step_open = False
         self._first_in_epoch = False
@@ -141,7 +139,7 @@ class _SpeedProbeCore:
             def fetch_ends() -> None:
                 if watch_errors and (error := sys.exc_info()[1]) is not None:
                     ranks.saw(error)
-                if self._timeline is not None and self._active:
+                if self._active:
                     self._mark("fetched")
                 original()
 
@@ -159,11 +157,9 @@ class _SpeedProbeCore:
             def trains(*args: Any) -> Any:  # (optimizer, batch_idx, kwargs) or (kwargs)
                 if not self._active:
                     return original(*args)
-                watches = self._watches
-                for watch in watches:
+                for watch in self._watches:
                     watch.enter(len(self.records["batch_time"]))
-                if self._timeline is not None:
-                    self._mark("start")
+                self._mark("start")
                 self._batch_start = _perf()
                 try:
                     outputs = original(*args)
@@ -173,9 +169,8 @@ class _SpeedProbeCore:
                     raise
                 finally:
                     self._batch_end = _perf()
-                    if self._timeline is not None:
-                        self._mark("end")
-                    for watch in watches:
+                    self._mark("end")
+                    for watch in self._watches:
                         watch.exit()
                 self._step_done(outputs, args[-1])
                 return outputs
@@ -232,16 +227,14 @@ class _SpeedProbeCore:
         self._close_step(now)
         self._origin = now
         self._data_end = 0.0
-        if self._timeline is not None:
-            self._mark("origin")
+        self._mark("origin")
 
     def _close_step(self, now: float) -> None:
         """End the open step: its wall runs until now, less validation run in between."""
         if self._step_open:
             self.records["wall"][-1] = now - self._origin - self._val_since
             self._step_open = False
-            if self._timeline is not None:
-                self._mark("close", len(self.records["wall"]) - 1)
+            self._mark("close", len(self.records["wall"]) - 1)
         self._val_since = 0.0
 
     def _phase(self, index: int) -> str:
@@ -324,7 +317,6 @@ class _SpeedProbeCore:
         self._flops = FlopWatch(self._counted_step(pl_module))
         self._watches = tuple(w for w in (self._syncs, self._flops) if w is not None)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
-        self._ranked = self.distributed.sync is not None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin_step(_perf())
@@ -352,8 +344,7 @@ class _SpeedProbeCore:
         r["wall"].append(self._batch_end - origin)
         loaders = self._loaders
         r["samples"].append(batch_size_of(batch) if loaders is None else samples_of(batch, loaders))
-        steady_step = index >= self._steady_from and not self._first_in_epoch
-        r["phase"].append(Phase.steady if steady_step else self._phase(index))
+        r["phase"].append(self._phase(index))
         r["epoch"].append(self._epoch)
         self._step_open = True
         self._first_in_epoch = False
@@ -362,10 +353,7 @@ class _SpeedProbeCore:
             self._last_loss = loss
         if self._timeline is not None:
             self._timeline.resolve(r)
-        if self._watches and index + 1 >= self.warmup:
-            self._watches = ()  # both watch warm-up steps only: none left to enter
-        if self._ranked:
-            self.distributed.step_end()
+        self.distributed.step_end()
         if (index + 1) % self.log_every_n_steps == 0:
             self._log(self._trainer, index)
 

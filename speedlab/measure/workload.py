@@ -14,11 +14,8 @@ def batch_size_of(batch: Any) -> int:
     shape = getattr(batch, "shape", None)
     if shape is not None:
         return int(shape[0]) if len(shape) else 1
-    kind = type(batch)  # the common containers first: the ABC checks cost more (every step)
-    if kind is list or kind is tuple:
-        parts: Any = batch
-    elif kind is dict or isinstance(batch, Mapping):
-        parts = batch.values()
+    if isinstance(batch, Mapping):
+        parts: Any = batch.values()
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
         parts = batch
     elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
@@ -26,8 +23,7 @@ def batch_size_of(batch: Any) -> int:
     else:
         return 0
     for part in parts:
-        shape = getattr(part, "shape", None)  # a tensor's, without a call for it
-        size = (int(shape[0]) if len(shape) else 1) if shape is not None else batch_size_of(part)
+        size = batch_size_of(part)
         if size:
             return size
     return 0
