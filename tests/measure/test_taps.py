@@ -49,3 +49,21 @@ def test_two_taps_come_off_in_either_order() -> None:
             taps.remove()
         assert "fetch" not in vars(loop), order
         assert loop.fetch() == ["fetch"], order
+
+
+class Guarded(Loop):
+    """Reading its ``__dict__`` fails: CPython 3.11 would move its attributes into a dictionary
+    its class's attribute caches cannot use (each attribute read a full lookup, every step)."""
+
+    @property
+    def __dict__(self):  # type: ignore[override]
+        raise AssertionError("the object's __dict__ was read")
+
+
+def test_an_objects_dict_is_never_read() -> None:
+    loop = Guarded()
+    taps = Taps()
+    taps.put(loop, "fetch", tagged("probe"))
+    assert loop.fetch() == ["fetch", "probe"]
+    taps.remove()
+    assert loop.fetch() == ["fetch"] and type(loop).fetch is Loop.fetch
