@@ -7,8 +7,10 @@ On a lent GPU (16 cores, an H100) in at most 6 minutes, or on the simulated asyn
   both edges of the steady window: device-bound (the device busy a known time a step),
   data-bound (a loader slower than the step), hidden loading (loader work shorter than the step,
   in workers), launch-bound (hundreds of tiny kernels a step), copy-bound (a large pageable
-  batch). Each prints samples/s, data_time and batch_time against their truths, and the
-  doctor's findings against the limit the workload was built to have;
+  batch). Each prints samples/s, data_time and batch_time against their truths, the device's
+  time split into busy, idle for input and idle waiting for launches (by its own trace of a
+  warm-up step: CUPTI's on a GPU) against whether it was built to wait on the host's launches,
+  and the doctor's findings against the limit the workload was built to have;
 - a workers sweep on the device-bound cell, whose verdict must be "within noise";
 - an exception raised inside a device step, which must reach the caller unchanged;
 - SpeedProbe's cost a step on 2 ms device steps, against bare Lightning and SimpleProfiler, by
@@ -52,6 +54,7 @@ from torch.nn import functional as F  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 import speedlab  # noqa: E402
+from speedlab.analysis.model import LAUNCH_IDLE_SHARE  # noqa: E402
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader  # noqa: E402
 from speedlab.labs.known_cost import busy_wait  # noqa: E402
 from speedlab.measure.machine import usable_cores  # noqa: E402
@@ -186,6 +189,9 @@ class Workload:
     copy_s: float = 0.0
     copy_mb: int = 0
     expect: str | None = None  # the finding the doctor must give; None: no data-side finding
+    # whether the device sits idle between its kernels for most of batch_time (its traced work
+    # against its timeline), waiting for the host's launches
+    waits_on_launches: bool = False
 
 
 WORKLOADS = (
@@ -194,7 +200,7 @@ WORKLOADS = (
     Workload("device_bound", work_s=0.030),
     Workload("data_bound", work_s=0.005, sleep_s=0.0025, expect="io_bound"),
     Workload("hidden_loading", work_s=0.040, sleep_s=0.00125, workers=2),
-    Workload("launch_bound", tiny=300, expect="overhead_bound"),
+    Workload("launch_bound", tiny=300, expect="overhead_bound", waits_on_launches=True),
     Workload("copy_bound", work_s=0.002, copy_s=0.015, copy_mb=256, expect="copy_bound"),
 )
 
@@ -315,6 +321,7 @@ def check_workload(backend: Backend, workload: Workload, record: Path | None) ->
             f"batch_time {run.batch_time * 1e3:.2f} ms",
         ),
         _split(workload.name, run, truth.split),
+        _device_split(workload, run),
     ]
     found = sorted(str(f.kind) for f in run.diagnosis if f.kind in DATA_KINDS)
     wanted = [workload.expect] if workload.expect else []
@@ -367,6 +374,24 @@ def _split(name: str, run: RunResult, split: dict[int, tuple[float, float]]) -> 
     )
 
 
+def _device_split(workload: Workload, run: RunResult) -> Line:
+    """The device's time of a steady step split by its own trace of a warm-up step: busy,
+    idle for want of input, idle waiting for the host's launches; the last must be most of
+    batch_time exactly where the workload was built to wait on the host."""
+    split = run.device_split
+    name = f"{workload.name} device split"
+    if split is None:
+        return Line(name, False, "the device's work was not traced")
+    waits = split.launch_share >= LAUNCH_IDLE_SHARE
+    built = "waits on the host's launches" if workload.waits_on_launches else "does not"
+    return Line(
+        name,
+        waits == workload.waits_on_launches,
+        f"{split.text()}: {split.launch_share:.0%} of batch_time waiting for launches "
+        f"(launch-bound at {LAUNCH_IDLE_SHARE:.0%}), built so that it {built}",
+    )
+
+
 def _record(
     folder: Path, workload: Workload, run: RunResult, truth: SynchronisedTruth, backend: Backend
 ) -> None:
@@ -385,6 +410,7 @@ def _record(
             "workload": to_plain(run.workload),
             "system": to_plain(run.system),
             "knobs": to_plain(run.knobs),
+            "device_busy": to_plain(run.device_busy),
         },
     }
     (folder / f"{workload.name}.json").write_text(json.dumps(fixture, indent=1) + "\n")

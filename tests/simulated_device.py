@@ -25,6 +25,7 @@ import torch
 import speedlab.measure.devices
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.devices import CpuDevice
+from speedlab.measure.devices.busy import BusyWatch
 from speedlab.measure.devices.events import EventTimeline
 
 STEP_S = 0.02
@@ -70,13 +71,20 @@ class SimulatedDevice(CpuDevice):
 
     def __init__(self) -> None:
         self.queue: queue.Queue[float | SimulatedEvent] = queue.Queue()
-        self.worked: list[float] = []  # how long each piece of work really took (a busy host
-        # wakes the device's thread late)
+        self.launched = 0  # pieces of work queued so far
+        self.spans: list[tuple[float, float]] = []  # when each piece of work really ran (a
+        # busy host wakes the device's thread late)
         self.waits: list[float] = []  # how long each event waited in the queue: at least the
         # work queued before it, plus however late the machine woke the device's thread
         threading.Thread(target=self._run, name="simulated-device", daemon=True).start()
 
+    @property
+    def worked(self) -> list[float]:
+        """How long each piece of work took."""
+        return [end - start for start, end in self.spans]
+
     def launch(self, seconds: float) -> None:
+        self.launched += 1
         self.queue.put(seconds)
 
     def event(self) -> SimulatedEvent:
@@ -88,6 +96,9 @@ class SimulatedDevice(CpuDevice):
     def timeline(self, warmup: int = 0) -> EventTimeline:
         return EventTimeline(self.event, self.synchronize)
 
+    def busy_watch(self, warmup: int) -> BusyWatch | None:
+        return BusyWatch(warmup - 1, lambda: SimulatedTrace(self)) if warmup else None
+
     def _run(self) -> None:
         while True:
             item = self.queue.get()
@@ -98,8 +109,22 @@ class SimulatedDevice(CpuDevice):
                 start = time.perf_counter()
                 if item:  # an empty launch: no sleep, whose GIL round trip a GPU never pays
                     time.sleep(item)
-                self.worked.append(time.perf_counter() - start)
+                self.spans.append((start, time.perf_counter()))
             self.queue.task_done()
+
+
+class SimulatedTrace:
+    """The simulated device's own record of the work queued since the trace started, as CUPTI
+    records a GPU's kernels."""
+
+    source = "the simulated device's record of its work in one warm-up step"
+
+    def __init__(self, device: SimulatedDevice) -> None:
+        self._device, self._first = device, device.launched
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._device.synchronize()
+        return self._device.spans[self._first : self._device.launched]
 
 
 @contextlib.contextmanager

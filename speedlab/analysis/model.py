@@ -53,12 +53,43 @@ def launch_paced(run: RunResult) -> tuple[int, int, float] | None:
     return len(paced), len(steady), statistics.median(lags[i] for i in steady)
 
 
+LAUNCH_IDLE_SHARE = 0.5
+"""Share of batch_time a device sat idle between its kernels, waiting for the host to launch
+the next (its traced work against its timeline), that makes a run launch-bound."""
+
+
+def launch_waits(run: RunResult) -> tuple[bool, str] | None:
+    """Whether an asynchronous device waited on the host's launches, and the evidence in
+    words: from its idle gaps between kernels where it traced its work (``device_split``),
+    else from the launch lags of its steps; None on a synchronous device."""
+    device = device_name(run)
+    split = run.device_split
+    if split is not None:
+        return split.launch_share >= LAUNCH_IDLE_SHARE, (
+            f"The {device}'s own trace of a step holds {fmt_ms(split.busy)} of work, against a "
+            f"batch_time of {fmt_ms(run.batch_time)} on its timeline: it sat idle "
+            f"{fmt_ms(split.launches)} ({split.launch_share:.0%}) between kernels, waiting for "
+            "the host to launch the next, so batch_time is the host's pace of launching, not "
+            f"the {device}'s work."
+        )
+    paced = launch_paced(run)
+    if paced is None:
+        return None
+    n, steps, lag = paced
+    return n >= LAUNCH_PACED_SHARE * steps, (
+        f"In {n} of {steps} steady steps the {device} finished the training batch "
+        f"{fmt_ms(lag)} (median) after the host queued its last operation: it ran each "
+        "operation as soon as the host launched it and then waited for the next, so batch_time "
+        f"({fmt_ms(run.batch_time)}) is the host's pace of launching, not the {device}'s work."
+    )
+
+
 def overhead_bound(run: RunResult) -> list[Finding]:
     """Steps that are mostly per-step overhead: on an asynchronous device, from its timeline
     (it waited on the host's launches); elsewhere, from the step's length."""
-    paced = launch_paced(run)
-    if paced is not None:
-        return _launch_bound(run, *paced)
+    waits = launch_waits(run)
+    if waits is not None:
+        return _launch_bound(run, *waits)
     step = run.step_time
     if not step < OVERHEAD_STEP_S:
         return []
@@ -79,25 +110,17 @@ def overhead_bound(run: RunResult) -> list[Finding]:
     return [_larger_batch(run, evidence, advice, severity, summary)]
 
 
-def _launch_bound(run: RunResult, paced: int, steps: int, lag: float) -> list[Finding]:
-    if paced < LAUNCH_PACED_SHARE * steps or run.data_share >= DATA_SHARE_WARN:
+def _launch_bound(run: RunResult, waits: bool, evidence: str) -> list[Finding]:
+    if not waits or run.data_share >= DATA_SHARE_WARN:
         return []  # not paced by the host, or limited by its data first
-    device = device_name(run)
-    evidence = (
-        f"In {paced} of {steps} steady steps the {device} finished the training batch "
-        f"{fmt_ms(lag)} (median) after the host queued its last operation: it ran each "
-        "operation as soon as the host launched it and then waited for the next, so batch_time "
-        f"({fmt_ms(run.batch_time)}) is the host's pace of launching, not the {device}'s work."
-        + utilisation(run)
-    )
     advice = (
         "Give each launch more work: a larger batch costs the same launches for more samples; "
         "torch.compile fuses operations into fewer kernels (mode='reduce-overhead' also replays "
         "a step's launches as one CUDA graph on a GPU); fewer, larger tensor operations in the "
         "step (no Python loops over small tensors)."
     )
-    summary = f"The {device} waits on the host's launches in {paced} of {steps} steps"
-    return [_larger_batch(run, evidence, advice, "critical", summary)]
+    summary = f"The {device_name(run)} waits on the host's launches"
+    return [_larger_batch(run, evidence + utilisation(run), advice, "critical", summary)]
 
 
 def _larger_batch(
@@ -111,10 +134,8 @@ def _larger_batch(
 def _overhead(run: RunResult) -> bool:
     """Whether per-step overhead, not the model's compute, sets the step's pace (the rules of
     ``overhead_bound``)."""
-    paced = launch_paced(run)
-    if paced is None:
-        return run.step_time < OVERHEAD_STEP_S
-    return paced[0] >= LAUNCH_PACED_SHARE * paced[1]
+    waits = launch_waits(run)
+    return run.step_time < OVERHEAD_STEP_S if waits is None else waits[0]
 
 
 def hidden_loading(run: RunResult) -> str:

@@ -139,6 +139,15 @@ class FlopWatch:
         per_step = self.per_step
         return per_step if per_step and not self.uncounted else None
 
+    def per_sample(self, samples: list[int]) -> float | None:
+        """FLOPs a sample of the counted step, once it is counted and its ``samples`` (the
+        records') are recorded; None before, or where the count is unknown. Plain reads, for a
+        live view's thread: no lock-step with the training."""
+        per_step, step = self.counted, self.step
+        if per_step is None or step is None or step >= len(samples):
+            return None
+        return per_step / samples[step] if samples[step] else None
+
     def result(self) -> dict[str, Any]:
         """``{"per_step": FLOPs, "step": its index, "uncounted": [ops]}``; empty when no step
         was counted."""

@@ -1,13 +1,12 @@
 """SpeedProbe: the Lightning Callback that measures data_time and batch_time of every step.
 
 Timing points come from the calls Lightning's fit loop makes for every step: its data fetcher
-calls the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` around each batch's fetch
-(Lightning's profiler action ``[_TrainingEpochLoop].train_dataloader_next``), the strategy's
-``batch_to_device`` moves the batch, and the optimization loop's ``run`` trains it (the
-profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods on the
-trainer's own loop and strategy objects for the length of the fit (``speedlab.measure.taps``):
-nothing of the user's (model, profiler, callbacks) is touched, and a step costs the probe no
-callback hook and no profiler context.
+calls the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` around each batch's fetch,
+the strategy's ``batch_to_device`` moves the batch, and the optimization loop's ``run`` trains
+it (the profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods
+on the trainer's own loop and strategy objects for the length of the fit
+(``speedlab.measure.taps``): nothing of the user's (model, profiler, callbacks) is touched, and
+a step costs the probe no callback hook and no profiler context.
 
 - data_time: from the fetch start to the end of the strategy's ``batch_to_device`` (loader
   wait + host-to-device transfer; the batch's start where the loop moves no batch); for the
@@ -19,14 +18,14 @@ On an asynchronous device those edges are also marked in the device's queue, and
 device's own stamps, read a few steps later, replace the host's figures
 (``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
 of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
-the loader, which the device's work may hide. Where the device can report them, a few warm-up
-spans also count the host syncs made in them (``speedlab.measure.syncs``), and the last
-warm-up step counts the step's FLOPs (``speedlab.measure.flops``), against the device's peak
-taken at setup, before the first step. What differs by device, the probe asks of
-``speedlab.measure.devices.device_for(device type)``.
+the loader, which the device's work may hide. Warm-up steps, which no figure counts, carry the
+watches: the host syncs of a few (``speedlab.measure.syncs``), the last one's FLOPs
+(``speedlab.measure.flops``, against the device's peak taken before the first step) and the
+device's own trace of its work in it (``speedlab.measure.devices.busy``). What differs by
+device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
 
-The hot path only reads the clock and appends to lists: no tensor allocation, no ``.item()``,
-no synchronize (``benchmarks/probe_overhead.py`` measures what it adds).
+The training path only reads the clock and appends to lists: no tensor allocation, no
+``.item()``, no synchronize (``benchmarks/probe_overhead.py`` measures what it adds).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from typing import Any
 
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
+from speedlab.measure.devices.busy import BusyWatch
 from speedlab.measure.devices.events import Timeline
 from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
 from speedlab.measure.ranks import RankRecorder
@@ -45,7 +45,7 @@ from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
 from speedlab.measure.workload import batch_size_of, loader_facts, samples_of, training_plan
-from speedlab.results.run import STEP_PHASES, Phase, RunResult, empty_records
+from speedlab.results.run import RECORD_KEYS, STEP_PHASES, Phase, RunResult, empty_records
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
 
@@ -90,7 +90,7 @@ class _SpeedProbeCore:
 
     # -- life cycle -------------------------------------------------------------------------
 
-    def _reset(self, trainer: Any, pl_module: Any) -> None:
+    def _reset(self, pl_module: Any) -> None:
         self.records = empty_records()
         self.phases = {Phase.setup: 0.0, Phase.validation: 0.0}
         self._result = None
@@ -102,12 +102,12 @@ class _SpeedProbeCore:
             else getattr(pl_module, "_compiler_ctx", None) is not None
         )
         self._origin = self._t0  # when the current step started waiting for its batch
+        self._steady_from = max(self.warmup, int(self._compiled))  # the first steady step
         self._step_open = False
         self._first_in_epoch = False
         self._epoch = 0
-        self._val_start = 0.0
+        self._val_start = self._data_end = 0.0
         self._val_since = 0.0  # validation seconds since the open step started
-        self._batch_start = self._batch_end = self._data_end = 0.0
         self._loaders: Any = None  # a dict or list of training loaders, if several
         self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
@@ -115,17 +115,21 @@ class _SpeedProbeCore:
         self._timeline: Timeline | None = None
         self._syncs: SyncWatch | None = None
         self._flops = FlopWatch(None)
-        self._watches: tuple[SyncWatch | FlopWatch, ...] = ()
-        self._trainer = trainer
+        self._busy: BusyWatch | None = None
+        self._watches: tuple[SyncWatch | FlopWatch | BusyWatch, ...] = ()
+        self._sync_step: Any = None  # a rank's sync timer's close_step, in a distributed fit
         self._active = True
 
     def _attach_taps(self, trainer: Any) -> None:
-        """Wrap the calls that bound each training step on the trainer's loop and strategy.
+        """Wrap the calls that bound each training step on the trainer's loop and strategy: the
+        training path, which reads the clock and marks the device's queue where it has one.
         Once the fit is over the wrappers only pass calls on: another probe's may sit on top of
         them, which then puts them back when it is taken off."""
         loop = trainer.fit_loop.epoch_loop
         ranks = self.distributed
         watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
+        mark = self._timeline.mark if self._timeline is not None else None
+        warm = self.warmup if self._watches else 0  # steps below it run the watches
 
         def fetch_start(original: Any) -> Any:
             def fetch_starts() -> None:
@@ -139,8 +143,8 @@ class _SpeedProbeCore:
             def fetch_ends() -> None:
                 if watch_errors and (error := sys.exc_info()[1]) is not None:
                     ranks.saw(error)
-                if self._active:
-                    self._mark("fetched")
+                if mark is not None and self._active:
+                    mark(len(self.records["wall"]), "fetched")
                 original()
 
             return fetch_ends
@@ -153,14 +157,23 @@ class _SpeedProbeCore:
 
             return on_device
 
+        r = self.records
+        t, data, batch_time, wall, samples, phase, epoch = (r[k].append for k in RECORD_KEYS)
+        timeline = self._timeline
+        steady = Phase.steady
+
         def run(original: Any) -> Any:
             def trains(*args: Any) -> Any:  # (optimizer, batch_idx, kwargs) or (kwargs)
                 if not self._active:
                     return original(*args)
-                for watch in self._watches:
-                    watch.enter(len(self.records["batch_time"]))
-                self._mark("start")
-                self._batch_start = _perf()
+                index = len(r["wall"])
+                watched = index < warm
+                if watched:
+                    for watch in self._watches:
+                        watch.enter(index)
+                if mark is not None:
+                    mark(index, "start")
+                start = _perf()
                 try:
                     outputs = original(*args)
                 except BaseException as error:
@@ -168,25 +181,56 @@ class _SpeedProbeCore:
                         ranks.saw(error)
                     raise
                 finally:
-                    self._batch_end = _perf()
-                    self._mark("end")
-                    for watch in self._watches:
-                        watch.exit()
-                self._step_done(outputs, args[-1])
+                    end = _perf()
+                    if mark is not None:
+                        mark(index, "end")
+                    if watched:
+                        for watch in self._watches:
+                            watch.exit()
+                # The step's records, inline: each call and lookup here is paid every step.
+                step = args[-1]  # training_step's arguments: its batch, or the loader's iterator
+                batch = step.get("batch") if isinstance(step, dict) else None
+                if batch is None:  # a step fed the iterator: the fetcher keeps its last batch
+                    batch = getattr(trainer.fit_loop._data_fetcher, "_batch", None)
+                origin = self._origin
+                t(origin - self._t0)
+                data((self._data_end or start) - origin)
+                if timeline is not None:  # the host's figures until the device's replace them
+                    r["host_data_time"].append(r["data_time"][-1])
+                    r["copy_time"].append(0.0)
+                batch_time(end - start)
+                wall(end - origin)
+                loaders = self._loaders
+                samples(batch_size_of(batch) if loaders is None else samples_of(batch, loaders))
+                first = self._first_in_epoch
+                phase(steady if index >= self._steady_from and not first else self._phase(index))
+                epoch(self._epoch)
+                self._step_open, self._first_in_epoch = True, False
+                loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+                if loss is not None:
+                    self._last_loss = loss
+                if timeline is not None:
+                    timeline.resolve(r)
+                if self._sync_step is not None:
+                    self._sync_step()
+                if (index + 1) % self.log_every_n_steps == 0:
+                    self._log(trainer, index)
                 return outputs
 
             return trains
 
+        # The fetcher takes the loop's methods as each epoch starts: attached mid-epoch, it
+        # holds them already and gets the wrappers now.
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+        mid_epoch = getattr(fetcher, "_start_profiler", None) == loop._on_before_fetch
         taps = self._taps
         taps.put(loop, "_on_before_fetch", fetch_start)
-        taps.put(loop, "_on_after_fetch", fetch_end)
+        if watch_errors or mark is not None:  # the fetch's end only marks and watches
+            taps.put(loop, "_on_after_fetch", fetch_end)
         taps.put(trainer.strategy, "batch_to_device", to_device)
         taps.put(loop.automatic_optimization, "run", run)
         taps.put(loop.manual_optimization, "run", run)
-        # Attached mid-fit, the fetcher already holds the loop's own methods (it takes them as
-        # each epoch starts): it gets the wrappers now.
-        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
-        if fetcher is not None and hasattr(fetcher, "_start_profiler"):
+        if mid_epoch:
             taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
             taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)
 
@@ -216,25 +260,22 @@ class _SpeedProbeCore:
 
     # -- timing points ----------------------------------------------------------------------
 
-    def _mark(self, point: str, index: int | None = None) -> None:
-        """Mark ``point`` of a step (the one being fetched or trained, by default) in the
-        device's queue, on an asynchronous device."""
-        if self._timeline is not None:
-            self._timeline.mark(len(self.records["wall"]) if index is None else index, point)
-
     def _begin_step(self, now: float) -> None:
         """Close the open step and start the next one's wait for its batch."""
         self._close_step(now)
         self._origin = now
         self._data_end = 0.0
-        self._mark("origin")
+        if self._timeline is not None:
+            self._timeline.mark(len(self.records["wall"]), "origin")
 
     def _close_step(self, now: float) -> None:
         """End the open step: its wall runs until now, less validation run in between."""
         if self._step_open:
-            self.records["wall"][-1] = now - self._origin - self._val_since
+            wall = self.records["wall"]
+            wall[-1] = now - self._origin - self._val_since
             self._step_open = False
-            self._mark("close", len(self.records["wall"]) - 1)
+            if self._timeline is not None:
+                self._timeline.mark(len(wall) - 1, "close")
         self._val_since = 0.0
 
     def _phase(self, index: int) -> str:
@@ -257,8 +298,7 @@ class _SpeedProbeCore:
             "matmul": torch.get_float32_matmul_precision(),
         }
         self.peak = self._peak_before_training(trainer, pl_module)
-        self._reset(trainer, pl_module)
-        self._attach_taps(trainer)
+        self._reset(pl_module)
         if self.sample_system:
             self.sampler = SystemSampler()
             self.sampler.start()
@@ -286,14 +326,14 @@ class _SpeedProbeCore:
 
     @property
     def flops_per_sample(self) -> float | None:
-        """FLOPs a sample of the counted step, once it is counted and recorded; None before,
-        or where the count is unknown. Plain reads, for the live view's thread: no lock-step
-        with the training."""
-        watch, samples = self._flops, self.records["samples"]
-        per_step = watch.counted
-        if per_step is None or watch.step is None or watch.step >= len(samples):
-            return None
-        return per_step / samples[watch.step] if samples[watch.step] else None
+        """FLOPs a sample of the counted step, once counted (``FlopWatch.per_sample``)."""
+        return self._flops.per_sample(self.records["samples"])
+
+    @property
+    def device_busy(self) -> float | None:
+        """Seconds the device worked in its traced warm-up step, once traced (for the live
+        view's split of a step); None before, or where the device keeps no trace."""
+        return self._busy.busy if self._busy is not None else None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
@@ -315,47 +355,19 @@ class _SpeedProbeCore:
             self.records.update(host_data_time=[], copy_time=[])
         self._syncs = device.sync_watch(self.warmup)
         self._flops = FlopWatch(self._counted_step(pl_module))
-        self._watches = tuple(w for w in (self._syncs, self._flops) if w is not None)
+        self._busy = device.busy_watch(self.warmup)
+        # in this order: the device's trace synchronizes it, which the sync watch would count
+        watches = (self._syncs, self._flops, self._busy)
+        self._watches = tuple(w for w in watches if w is not None)
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
+        sync = self.distributed.sync
+        self._sync_step = sync.close_step if sync is not None else None
+        self._attach_taps(trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin_step(_perf())
         self._first_in_epoch = True
         self._epoch = trainer.current_epoch
-
-    def _step_done(self, outputs: Any, step: Any) -> None:
-        """Record a trained step. ``step``: the keyword arguments of its ``training_step``
-        (``batch``, or ``dataloader_iter`` for a step that fetches its own batches)."""
-        if not self._active:
-            return
-        batch = step.get("batch") if isinstance(step, Mapping) else None
-        if batch is None:  # a step fed the loader's iterator: the fetcher keeps its last batch
-            batch = getattr(self._trainer.fit_loop._data_fetcher, "_batch", None)
-        r = self.records
-        index = len(r["wall"])
-        origin, start = self._origin, self._batch_start
-        data_time = (self._data_end or start) - origin
-        r["t"].append(origin - self._t0)
-        r["data_time"].append(data_time)
-        if self._timeline is not None:  # the host's figures until the device's replace them
-            r["host_data_time"].append(data_time)
-            r["copy_time"].append(0.0)
-        r["batch_time"].append(self._batch_end - start)
-        r["wall"].append(self._batch_end - origin)
-        loaders = self._loaders
-        r["samples"].append(batch_size_of(batch) if loaders is None else samples_of(batch, loaders))
-        r["phase"].append(self._phase(index))
-        r["epoch"].append(self._epoch)
-        self._step_open = True
-        self._first_in_epoch = False
-        loss = outputs.get("loss") if isinstance(outputs, (dict, Mapping)) else outputs
-        if loss is not None:
-            self._last_loss = loss
-        if self._timeline is not None:
-            self._timeline.resolve(r)
-        self.distributed.step_end()
-        if (index + 1) % self.log_every_n_steps == 0:
-            self._log(self._trainer, index)
 
     def _log(self, trainer: Any, index: int) -> None:
         if self._last_loss is not None:
@@ -374,13 +386,13 @@ class _SpeedProbeCore:
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
-        if self._step_open:
-            self._mark("val_start", len(self.records["wall"]) - 1)
+        if self._step_open and self._timeline is not None:
+            self._timeline.mark(len(self.records["wall"]) - 1, "val_start")
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
-            if self._step_open:
-                self._mark("val_end", len(self.records["wall"]) - 1)
+            if self._step_open and self._timeline is not None:
+                self._timeline.mark(len(self.records["wall"]) - 1, "val_end")
             seconds = _perf() - self._val_start
             self.phases[Phase.validation] += seconds
             self._val_since += seconds
@@ -425,6 +437,7 @@ class _SpeedProbeCore:
             workload=dict(self._workload),
             host_syncs=self._syncs.result() if self._syncs is not None else {},
             flops=self._flops.result(),
+            device_busy=self._busy.result() if self._busy is not None else {},
         )
 
     @property

@@ -333,10 +333,6 @@ class RankRecorder:
         if self.error is None:
             self.error = error
 
-    def step_end(self) -> None:
-        if self.sync is not None:
-            self.sync.close_step()
-
     def log_metrics(self, trainer: Any, metrics: dict[str, float], steps: int) -> dict[str, float]:
         """Every rank's data_time/batch_time over the last ``steps`` (a collective: all ranks
         call it at the same step). The job's ``speedlab/data_time`` and ``batch_time`` become

@@ -12,12 +12,20 @@ from typing import Any
 def batch_size_of(batch: Any) -> int:
     """Samples in a batch: the leading dimension of its first tensor, depth first (no sync)."""
     shape = getattr(batch, "shape", None)
+    if shape is None and type(batch) in (list, tuple) and batch:
+        # (inputs, targets) answers here, without the call below: the probe asks every step
+        first = getattr(batch[0], "shape", None)
+        if first is not None and (not len(first) or first[0]):
+            shape = first
     if shape is not None:
         return int(shape[0]) if len(shape) else 1
-    if isinstance(batch, Mapping):
-        parts: Any = batch.values()
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        parts = batch
+    # list and tuple first: the ABCs' checks cost more than the rest of a step's recording
+    if isinstance(batch, (list, tuple)) or (
+        isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
+    ):
+        parts: Any = batch
+    elif isinstance(batch, Mapping):
+        parts = batch.values()
     elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         parts = (getattr(batch, f.name) for f in dataclasses.fields(batch))
     else:

@@ -71,6 +71,7 @@ def progress_line(s: Snapshot, label: str) -> str:
         f"{fmt(s.samples_per_s, ',.0f')} samples/s",
         *mfu_shown(s.mfu),
         f"data {ms(s.data_time)} batch {ms(s.batch_time)}",
+        *([f"device {s.device_split.text()}"] if s.device_split else []),
         s.phase.replace("_", " "),
     ]
     if s.cpu_percent is not None:

@@ -192,6 +192,8 @@ def live_html(s: Snapshot, label: str, frame: int) -> str:
         + f" &middot; data {ms(s.data_time)} &middot; batch {ms(s.batch_time)}"
         + (f" &middot; {' &middot; '.join(system)}" if system else ""),
     ]
+    if s.device_split is not None:
+        lines.append(f"device: {html.escape(s.device_split.text())}")
     chart = bars_svg(s.data_window, s.batch_window, first_step=s.first_step, slots=s.slots)
     return (
         f'<div class="speedlab-live" data-frame="{frame}" data-step="{s.steps}" '
@@ -227,6 +229,8 @@ def run_html(result: Any, label: str, *, timeline_png: str | None = None) -> str
             f"CPU {system.cpu_percent or 0:.0f}% of the machine &middot; peak RSS "
             f"{megabytes(system.peak_rss_bytes)}"
         )
+    if (split := result.device_split) is not None:
+        parts.append(f"device: {esc(split.text())}")
     parts += [f"<small>note: {esc(n)}</small>" for n in result.notes]
     if result.error:
         parts.append(f"<small>error: {esc(result.error)}</small>")

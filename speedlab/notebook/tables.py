@@ -30,6 +30,10 @@ SWEEP_COLUMNS = {
     "batch_time ms": "the rest of a steady step: forward, backward, optimizer, and the loop's "
     "hooks and logging",
     "data share": "data_time / (data_time + batch_time): the part of a step spent waiting for data",
+    "device busy / input / launches ms": "a steady step's time on an asynchronous device, three "
+    "ways: busy (its own work, traced on one warm-up step), idle for want of input (its "
+    "data_time), idle between kernels waiting for the host's launches (the rest of batch_time); "
+    "shown where the device traced its work",
     "MFU": "model FLOPs utilisation: the steady steps' FLOPs per second over the device's peak "
     "(a CPU's measured, a GPU's data sheet's); - where either is unknown",
     "CPU %": "average CPU use of the whole machine during the fit, in % of all its cores (other "
@@ -72,6 +76,7 @@ def sweep_table(sweep: SweepResult) -> Table:
                 fmt(run.data_time, ".2f", scale=1e3),
                 fmt(run.batch_time, ".2f", scale=1e3),
                 fmt(run.data_share, ".0%"),
+                device_split_text(run),
                 fmt(run.mfu, ".1%"),
                 fmt(run.system.cpu_percent, ".0f"),
                 fmt(run.system.peak_rss_bytes, ".0f", scale=1e-6),
@@ -86,13 +91,28 @@ def sweep_table(sweep: SweepResult) -> Table:
             ]
         )
     columns = list(SWEEP_COLUMNS)
-    if not any(run.guess for run in sweep.runs):
-        guesses = columns.index("your guess")
-        columns.pop(guesses)
+    unused = {
+        "your guess": not any(run.guess for run in sweep.runs),
+        "device busy / input / launches ms": all(run.device_split is None for run in sweep.runs),
+    }
+    for column in [column for column, drop in unused.items() if drop]:
+        at = columns.index(column)
+        columns.pop(at)
         for row in rows:
-            row.pop(guesses)
+            row.pop(at)
     described = {column: SWEEP_COLUMNS[column] for column in columns}
     return Table(columns, rows, caption=sweep.name or "", descriptions=described)
+
+
+def device_split_text(run: RunResult) -> str:
+    """``busy / input / launches`` in milliseconds (``RunResult.device_split``), ``-`` where
+    the device did not trace its work."""
+    split = run.device_split
+    if split is None:
+        return "-"
+    return " / ".join(
+        fmt(part, ".2f", scale=1e3) for part in (split.busy, split.input, split.launches)
+    )
 
 
 def verdict_text(run: RunResult, baseline: RunResult) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from speedlab.results.codec import Name, Record, coerce, fields_to_plain, from_plain
 from speedlab.results.comparison import Comparison
+from speedlab.results.device import DeviceSplit
 from speedlab.results.findings import Finding
 from speedlab.results.knobs import Knobs
 from speedlab.results.prediction import Guess, Prediction
@@ -113,7 +114,10 @@ class RunResult:
     operations of a few warm-up steps per source line (``{"steps": n, "lines": [{"file",
     "line", "count"}]}``; speedlab.measure.syncs). ``flops`` holds one warm-up step's count
     (``per_step``, that ``step``'s index, the ``uncounted`` ops that had no formula) and the
-    device's ``peak`` FLOP/s with its ``peak_source`` (speedlab.measure.flops).
+    device's ``peak`` FLOP/s with its ``peak_source`` (speedlab.measure.flops). ``device_busy``,
+    on a device that traces its work, holds the seconds it worked in one warm-up step (``busy``,
+    that ``step``'s index, the trace's ``source``; speedlab.measure.devices.busy), which
+    ``device_split`` reads.
 
     ``comparison`` is the run's comparison with its sweep's baseline and ``break_even`` the
     steps after which each up-front knob (compile, preload) pays back (None: never), both
@@ -139,6 +143,7 @@ class RunResult:
     replicates: list[RunResult] = field(default_factory=list)
     host_syncs: dict[str, Any] = field(default_factory=dict)
     flops: dict[str, Any] = field(default_factory=dict)
+    device_busy: dict[str, Any] = field(default_factory=dict)
     comparison: Comparison | None = None
     break_even: dict[str, float | None] = field(default_factory=dict)
     prediction: Prediction | None = None
@@ -214,6 +219,12 @@ class RunResult:
     @property
     def step_time(self) -> float:
         return self.steady.step_time
+
+    @property
+    def device_split(self) -> DeviceSplit | None:
+        """A steady step's device time split into busy, idle for want of input and idle
+        waiting for the host's launches, on a device that traced its work; else None."""
+        return DeviceSplit.of(self.data_time, self.batch_time, self.device_busy.get("busy"))
 
     @property
     def flops_per_step(self) -> int | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.fork_pause import ForkPause
+from speedlab.results.device import DeviceSplit
 from speedlab.results.steady import steady
 
 REFRESH_PER_SECOND = 4
@@ -38,6 +39,9 @@ class Snapshot:
     (speedlab.results.steady). ``mfu`` is those samples/s times the counted step's FLOPs a
     sample, over the device's peak (as ``RunResult.mfu``, which takes the steady steps'
     samples/s); None until the step is counted, or where the count or the peak is unknown.
+    ``device_split`` splits those steps' time on an asynchronous device into busy, idle for
+    want of input and idle waiting for launches, once its traced warm-up step says how long it
+    worked (``RunResult.device_split``); None before, and where it traces nothing.
     System figures come from the newest SystemSample (None until there is one).
     """
 
@@ -58,6 +62,7 @@ class Snapshot:
     rss_bytes: int | None = None
     workers: int | None = None
     mfu: float | None = None
+    device_split: DeviceSplit | None = None
 
 
 def snapshot(
@@ -70,12 +75,14 @@ def snapshot(
     system: Any = None,
     flops_per_sample: float | None = None,
     peak: float | None = None,
+    device_busy: float | None = None,
 ) -> Snapshot:
     """Summarise the records so far; safe while the training thread is still appending.
 
     ``phase`` overrides the phase of the last step (e.g. "validation" while it runs);
     ``system`` is a SystemSample or None; ``flops_per_sample`` (the counted step's) and
-    ``peak`` (the device's FLOP/s) give the MFU where both are known.
+    ``peak`` (the device's FLOP/s) give the MFU where both are known; ``device_busy`` (the
+    seconds the device worked in its traced step) the split of its time.
     """
     n = min(len(records[k]) for k in _STEP_KEYS)
     lo = max(0, n - _RECENT)
@@ -107,6 +114,7 @@ def snapshot(
         rss_bytes=getattr(system, "rss_bytes", None),
         workers=getattr(system, "workers", None),
         mfu=mfu,
+        device_split=DeviceSplit.of(recent.data_time, recent.batch_time, device_busy),
     )
 
 
@@ -206,6 +214,7 @@ class LiveView:
             system=sampler.latest() if sampler is not None else None,
             flops_per_sample=getattr(probe, "flops_per_sample", None),
             peak=getattr(probe, "peak", {}).get("peak"),
+            device_busy=getattr(probe, "device_busy", None),
         )
 
     def _phase(self, fit: Any, steps: int) -> str | None:

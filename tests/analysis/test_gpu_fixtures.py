@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.model import LAUNCH_IDLE_SHARE
 from speedlab.results.codec import from_plain
 from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
@@ -31,6 +32,7 @@ def recorded(path: Path) -> tuple[dict[str, Any], RunResult]:
         system=from_plain(SystemSummary, run["system"]),
         device=run["device"],
         workload=run["workload"],
+        device_busy=run["device_busy"],
     )
     return fixture, result
 
@@ -68,3 +70,15 @@ def test_the_doctor_names_the_limit_each_recorded_workload_was_built_to_have(pat
     expected = fixture["workload"]["expect"]
     found = sorted(str(f.kind) for f in diagnose(run) if f.kind in DATA_KINDS)
     assert found == ([expected] if expected else [])
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[path.stem for path in FIXTURES])
+def test_a_recorded_devices_split_tells_the_launch_bound_workload_apart(path: Path) -> None:
+    """The device's own trace of a warm-up step against its timeline: busy, idle for input and
+    idle waiting for launches add up to the step, and the last is most of batch_time exactly
+    where the workload was built to wait on the host's launches."""
+    fixture, run = recorded(path)
+    split = run.device_split
+    assert split.busy + split.input + split.launches == pytest.approx(run.step_time)
+    waits = fixture["workload"]["waits_on_launches"]
+    assert (split.launch_share >= LAUNCH_IDLE_SHARE) is waits, split

@@ -255,6 +255,30 @@ def test_two_probes_on_one_trainer_both_measure_and_leave_nothing_behind() -> No
     assert lightning_leftovers(t) == {}
 
 
+def test_a_probe_attached_mid_epoch_measures_the_steps_after_and_takes_its_taps_off() -> None:
+    probe = SpeedProbe(warmup=0, sample_system=False)
+    held: dict[str, object] = {}
+
+    class Attach(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if batch_idx == 4:  # the fetcher holds the loop's own methods by now
+                held["fetcher"] = trainer.fit_loop._data_fetcher
+                trainer.callbacks.append(probe)
+                probe.setup(trainer, pl_module, "fit")
+                probe.on_train_start(trainer, pl_module)
+
+    t = trainer(Attach(), max_steps=12)
+    t.fit(KnownCostModel(step_s=0.002), known_cost_loader(n=400, batch_size=8))
+    result = probe.result()
+    assert result.steps == 7  # steps 5 to 11
+    assert len(set(result.records["t"])) == 7  # each from its own fetch: the fetcher re-pointed
+    assert min(result.records["batch_time"]) >= 0.002
+    assert lightning_leftovers(t) == {}
+    loop = t.fit_loop.epoch_loop
+    assert held["fetcher"]._start_profiler == loop._on_before_fetch  # the loop's own again
+    assert held["fetcher"]._stop_profiler == loop._on_after_fetch
+
+
 def test_exception_keeps_partial_result_and_unwraps_profiler() -> None:
     class Failing(KnownCostModel):
         def training_step(self, batch, batch_idx):

@@ -28,6 +28,8 @@ class Pair:
         ((["a", "b", "c"], torch.zeros(3, 2)), 3),  # the first tensor, past a list of names
         ((None, {"x": torch.zeros(6)}), 6),
         (Pair(torch.zeros(2, 2), torch.zeros(2)), 2),
+        ([torch.zeros(0, 3), torch.zeros(5)], 5),  # an empty first tensor: the next one's
+        ((torch.tensor(2.0), torch.zeros(4)), 1),  # a scalar first: one sample, as alone
     ],
 )
 def test_batch_size_of(batch: object, size: int) -> None:

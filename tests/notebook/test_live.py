@@ -51,6 +51,14 @@ def test_the_line_and_the_frame_show_the_mfu_once_known() -> None:
     assert "800 samples/s &middot; MFU 4.6% &middot; data" in live_html(s, "run 1/1", frame=1)
 
 
+def test_the_line_and_the_frame_split_the_devices_time_once_traced() -> None:
+    s = snapshot(records_of(150), device_busy=0.003)
+    said = "device busy 3.0 ms, idle for input 2.0 ms, idle for launches 5.0 ms"
+    assert said in progress_line(s, "run 1/1")
+    assert said.replace("device ", "device: ") in live_html(s, "run 1/1", frame=1)
+    assert "idle for launches" not in progress_line(snapshot(records_of(150)), "run 1/1")
+
+
 def test_terminal_view_rewrites_one_line_on_a_real_tty() -> None:
     main, secondary = os.openpty()
     stream = os.fdopen(secondary, "w")

@@ -72,7 +72,8 @@ def test_the_html_table_spaces_its_cells_itself() -> None:
     # nbclassic's widget styles set table-cell padding to 0: the table brings its own.
     html = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()._repr_html_()
     cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", html)
-    assert len(cells) == 2 * (len(SWEEP_COLUMNS) - 1)  # no guesses: no "your guess" column
+    # no guesses and no device trace: no "your guess" column, no device split
+    assert len(cells) == 2 * (len(SWEEP_COLUMNS) - 2)
     assert all("padding:2px 10px" in style for style in cells)
     assert cells[0].endswith("text-align:left") and cells[1].endswith("text-align:right")
 
@@ -80,7 +81,7 @@ def test_the_html_table_spaces_its_cells_itself() -> None:
 def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
     """A lesson prints ``table.legend()``; the notebook shows the same lines on hover."""
     table = SweepResult([run([0.2] * 8, [0.2] * 8, knobs={"workers": 0})]).table()
-    assert table.columns == [c for c in SWEEP_COLUMNS if c != "your guess"]
+    assert table.columns == [c for c in SWEEP_COLUMNS if c not in OPTIONAL]
     assert set(table.descriptions) == set(table.columns)
     titles = re.findall(r'<th style="[^"]*" title="([^"]*)">([^<]*)</th>', table._repr_html_())
     assert [name for _, name in titles] == table.columns
@@ -91,6 +92,22 @@ def test_every_column_is_described_on_hover_and_in_the_legend() -> None:
     assert "whole machine" in said["CPU %"] and "workers' own pages" in said["peak RSS MB"]
     assert "pauses left out" in said["samples/s"] and "hooks and logging" in said["batch_time ms"]
     assert "device's peak" in said["MFU"] and "unknown" in said["MFU"]
+
+
+OPTIONAL = ("your guess", "device busy / input / launches ms")
+
+
+def test_a_devices_split_of_a_step_shows_where_it_traced_its_work() -> None:
+    traced = replace(run([0.002] * 20, [0.010] * 20), device="cuda", device_busy={"busy": 0.004})
+    table = judge_sweep([traced, run([0.002] * 20, [0.010] * 20)]).table()
+    split = table.columns.index("device busy / input / launches ms")
+    assert [row[split] for row in table.rows] == ["4.00 / 2.00 / 6.00", "-"]
+    assert (
+        "waiting for the host's launches"
+        in dict(zip(table.columns, table.legend().splitlines()))[
+            "device busy / input / launches ms"
+        ]
+    )
 
 
 def test_predictions_and_guesses_show_beside_the_measurement() -> None:

@@ -52,6 +52,14 @@ def test_the_mfu_is_the_recent_samples_a_second_times_the_flops_a_sample_over_th
     assert snapshot(empty_records(), flops_per_sample=1e6, peak=1e10).mfu is None  # no step yet
 
 
+def test_the_devices_split_comes_once_its_traced_step_says_how_long_it_worked() -> None:
+    s = snapshot(records_of(150), device_busy=0.003)  # steps of 2 ms data, 8 ms batch
+    split = s.device_split
+    assert (split.busy, split.input, split.launches) == pytest.approx((0.003, 0.002, 0.005))
+    assert snapshot(records_of(150)).device_split is None  # not traced (yet)
+    assert snapshot(empty_records(), device_busy=0.003).device_split is None  # no step yet
+
+
 class Drawn(LiveView):
     """A live view that keeps every state it is drawn."""
 

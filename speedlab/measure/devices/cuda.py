@@ -1,6 +1,7 @@
 """A CUDA GPU: asynchronous, timed by events in its current stream (``events``); its host syncs
-counted by torch's sync debug mode (``speedlab.measure.syncs``); what amp and ``--matmul`` mean
-on the GPU of this process (``speedlab.measure.numerics``).
+counted by torch's sync debug mode (``speedlab.measure.syncs``); its work in a warm-up step
+traced by CUPTI (``busy``); what amp and ``--matmul`` mean on the GPU of this process
+(``speedlab.measure.numerics``).
 
 torch is imported only when asked, and only ``memory_reserved`` is asked while CUDA may still
 be uninitialised: it never initialises it.
@@ -8,6 +9,7 @@ be uninitialised: it never initialises it.
 
 from __future__ import annotations
 
+from speedlab.measure.devices.busy import BusyWatch, ProfilerTrace
 from speedlab.measure.devices.device import Device
 from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.flops import gpu_peak, precision_dtype
@@ -55,6 +57,14 @@ class CudaDevice(Device):
 
     def sync_watch(self, warmup: int) -> SyncWatch:
         return SyncWatch(warmup)
+
+    def busy_watch(self, warmup: int) -> BusyWatch | None:
+        """CUPTI's record of the GPU's kernels, copies and memsets, through torch.profiler."""
+        import torch
+
+        if not warmup:
+            return None
+        return BusyWatch(warmup - 1, lambda: ProfilerTrace("CUDA", "CUDA", torch.cuda.synchronize))
 
     def memory_reserved(self) -> int | None:
         """Bytes torch's CUDA allocator holds over all GPUs, only where the user's code has

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from speedlab.measure.devices.busy import BusyWatch
     from speedlab.measure.devices.events import Timeline
     from speedlab.measure.syncs import SyncWatch
 
@@ -62,6 +63,11 @@ class Device(ABC):
     def sync_watch(self, warmup: int) -> SyncWatch | None:
         """A watch that counts the host syncs of a few warm-up steps (of ``warmup``); None
         where the device has no way to report them."""
+        return None
+
+    def busy_watch(self, warmup: int) -> BusyWatch | None:
+        """A watch that traces how long the device worked in the last of ``warmup`` steps (its
+        own record of its kernels and copies); None where it keeps none, or without warm-up."""
         return None
 
     def memory_reserved(self) -> int | None:

@@ -3,11 +3,13 @@ checked with a fake torch.cuda where no GPU is needed, and on the GPU in the gpu
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices import CudaDevice, cuda
 from speedlab.measure.numerics import MATMUL_LEVELS, MATMUL_MODES
 from speedlab.measure.syncs import WATCH_STEPS, SyncWatch
@@ -142,6 +144,26 @@ def test_on_this_gpu_the_timeline_reads_the_gpus_work() -> None:
     timeline.mark(0, "close")
     timeline.resolve(records, wait=True)
     assert records["batch_time"][0] > 0 and records["wall"][0] >= records["batch_time"][0]
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_on_this_gpu_the_busy_watch_reads_its_kernels_not_the_gaps_between_them() -> None:
+    """Ten 2 ms sleeps of the GPU (timed alone, synchronised), each after 3 ms of the host's
+    own work: CUPTI's trace holds the sleeps' 20 ms, not the 30 ms the GPU waited for them."""
+    cycles = 10_000_000
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    two_ms = int(0.002 * cycles / (time.perf_counter() - start))
+    watch = CudaDevice().busy_watch(1)
+    watch.enter(0)
+    for _ in range(10):
+        torch.cuda._sleep(two_ms)
+        busy_wait(0.003)
+    watch.exit()
+    assert watch.result()["busy"] == pytest.approx(0.020, rel=0.15)
 
 
 @needs_gpu
