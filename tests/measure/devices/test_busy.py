@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.model import LAUNCH_IDLE_SHARE
 from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.busy import BusyWatch, ProfilerTrace, busy_seconds
 from speedlab.measure.probe import SpeedProbe
@@ -112,7 +113,7 @@ class Launching(OnDevice):
     """Each step: ``launches`` tiny pieces of work of ``piece_s`` each, the host taking
     ``host_s`` to launch each one."""
 
-    launches, piece_s, host_s = 20, 0.0002, 0.002
+    launches, piece_s, host_s = 20, 0.0001, 0.002
 
     def training_step(self, batch, batch_idx):
         for _ in range(self.launches):
@@ -134,9 +135,9 @@ def test_a_launch_bound_step_is_told_from_a_device_bound_one_by_the_devices_own_
     assert result.device_busy["busy"] == pytest.approx(work, rel=0.2)
     split = result.device_split
     assert split.busy + split.launches == pytest.approx(result.batch_time)
-    # 40 ms of launching a step for 4 ms of work, which the device's thread takes about twice
-    # as long to do as it sleeps (it wakes late, and waits for the GIL)
-    assert split.launch_share > 0.6
+    # 40 ms of launching a step for 2 ms of work, which the device's thread takes two to five
+    # times as long to do as it sleeps (it wakes late, and waits for the GIL)
+    assert split.launch_share >= LAUNCH_IDLE_SHARE
     found = [f for f in diagnose(result) if f.kind == "overhead_bound"]
     assert found and "own trace of a step holds" in found[0].evidence
 
