@@ -193,10 +193,11 @@ class _SpeedProbeCore:
                 if batch is None:  # a step fed the iterator: the fetcher keeps its last batch
                     batch = getattr(trainer.fit_loop._data_fetcher, "_batch", None)
                 origin = self._origin
+                data_time = (self._data_end or start) - origin
                 t(origin - self._t0)
-                data((self._data_end or start) - origin)
+                data(data_time)
                 if timeline is not None:  # the host's figures until the device's replace them
-                    r["host_data_time"].append(r["data_time"][-1])
+                    r["host_data_time"].append(data_time)
                     r["copy_time"].append(0.0)
                 batch_time(end - start)
                 wall(end - origin)

@@ -6,7 +6,7 @@ still queueing the next (a launch-bound step). The device's own trace of its ker
 does tell, as Holistic Trace Analysis reads it from a whole trace after the fact; here one
 warm-up step is traced (the figures leave warm-up out, so the tracing's cost touches none of
 them), and its busy time splits the steady steps' device time three ways
-(``speedlab.results.run.DeviceSplit``).
+(``speedlab.results.device.DeviceSplit``).
 """
 
 from __future__ import annotations
