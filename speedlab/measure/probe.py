@@ -8,11 +8,9 @@ on the trainer's own loop and strategy objects for the length of the fit
 (``speedlab.measure.taps``): nothing of the user's (model, profiler, callbacks) is touched, and
 a step costs the probe no callback hook and no profiler context.
 
-- data_time: from the fetch start to the end of the strategy's ``batch_to_device`` (loader
-  wait + host-to-device transfer; the batch's start where the loop moves no batch); for the
-  first step of an epoch, from ``on_train_epoch_start`` (worker start-up).
-- batch_time: the ``run_training_batch`` span.
-- wall: from this step's start to the next one's, validation excluded.
+- data_time: from the fetch start (the epoch's start for its first step: worker start-up) to
+  the end of ``batch_to_device`` (loader wait + host-to-device transfer).
+- batch_time: the ``run_training_batch`` span; wall: to the next step's start, less validation.
 
 On an asynchronous device those edges are also marked in the device's queue, and the
 device's own stamps, read a few steps later, replace the host's figures
@@ -24,9 +22,8 @@ watches: the host syncs of a few (``speedlab.measure.syncs``), the last one's FL
 device's own trace of its work in it (``speedlab.measure.devices.busy``). What differs by
 device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
 
-The training path only reads the clock and appends to lists: no tensor allocation, no
-``.item()``, no synchronize (``benchmarks/probe_overhead.py`` measures what it adds).
-"""
+The training path only stamps the clock into the step log (``speedlab.measure.steps``, which
+builds the records on reading): no tensor allocation, no ``.item()``, no synchronize."""
 
 from __future__ import annotations
 
@@ -41,15 +38,17 @@ from speedlab.measure.devices.busy import BusyWatch
 from speedlab.measure.devices.events import Timeline
 from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
 from speedlab.measure.ranks import RankRecorder
+from speedlab.measure.steps import StepLog
 from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
 from speedlab.measure.workload import batch_size_of, loader_facts, samples_of, training_plan
-from speedlab.results.run import RECORD_KEYS, STEP_PHASES, Phase, RunResult, empty_records
+from speedlab.results.run import Phase, RunResult
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
 
 _perf = time.perf_counter
+RESOLVE_EVERY = 8  # steps a device's timeline is read after: a step's records cost 10 us alone
 
 
 class _SpeedProbeCore:
@@ -78,7 +77,7 @@ class _SpeedProbeCore:
         self.own_max_steps = own_max_steps
         self.sample_system = sample_system
         self.compiled = compiled
-        self.records: dict[str, list] = empty_records()
+        self._steps = StepLog(0.0)
         self.peak: dict[str, Any] = {}  # the device's peak FLOP/s for this fit (setup)
         self._flops = FlopWatch(None)
         self.sampler: SystemSampler | None = None
@@ -91,23 +90,17 @@ class _SpeedProbeCore:
     # -- life cycle -------------------------------------------------------------------------
 
     def _reset(self, pl_module: Any) -> None:
-        self.records = empty_records()
         self.phases = {Phase.setup: 0.0, Phase.validation: 0.0}
         self._result = None
         self.exception = None
         self._t0 = _perf()
-        self._compiled = (
+        compiled = (
             self.compiled
             if self.compiled is not None
             else getattr(pl_module, "_compiler_ctx", None) is not None
         )
-        self._origin = self._t0  # when the current step started waiting for its batch
-        self._steady_from = max(self.warmup, int(self._compiled))  # the first steady step
-        self._step_open = False
-        self._first_in_epoch = False
-        self._epoch = 0
-        self._val_start = self._data_end = 0.0
-        self._val_since = 0.0  # validation seconds since the open step started
+        self._steps = StepLog(self._t0, self.warmup, compiled)
+        self._val_start = 0.0
         self._loaders: Any = None  # a dict or list of training loaders, if several
         self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
@@ -121,21 +114,25 @@ class _SpeedProbeCore:
         self._active = True
 
     def _attach_taps(self, trainer: Any) -> None:
-        """Wrap the calls that bound each training step on the trainer's loop and strategy: the
-        training path, which reads the clock and marks the device's queue where it has one.
-        Once the fit is over the wrappers only pass calls on: another probe's may sit on top of
-        them, which then puts them back when it is taken off."""
+        """Wrap the calls that bound each step on the trainer's loop and strategy. After the fit
+        they pass calls on: another probe's wrappers may sit on top, and put them back."""
         loop = trainer.fit_loop.epoch_loop
         ranks = self.distributed
         watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
-        mark = self._timeline.mark if self._timeline is not None else None
-        warm = self.warmup if self._watches else 0  # steps below it run the watches
+        timeline = self._timeline
+        mark = timeline.mark if timeline is not None else None
+        log = self._steps
+        moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
+        begins = log.begins.append if mark is None else self._begin_marked
+        loaders, every = self._loaders, self.log_every_n_steps
+        size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
+        after = self._after_step if timeline is not None or self._sync_step else None
 
         def fetch_start(original: Any) -> Any:
             def fetch_starts() -> None:
                 original()
-                if self._active and not self._first_in_epoch:  # the first waits from its start
-                    self._begin_step(_perf())
+                if self._active:
+                    begins(_perf())
 
             return fetch_starts
 
@@ -144,79 +141,85 @@ class _SpeedProbeCore:
                 if watch_errors and (error := sys.exc_info()[1]) is not None:
                     ranks.saw(error)
                 if mark is not None and self._active:
-                    mark(len(self.records["wall"]), "fetched")
+                    mark(len(steps), "fetched")
                 original()
 
             return fetch_ends
 
         def to_device(original: Any) -> Any:
-            def on_device(*args: Any, **kwargs: Any) -> Any:
-                batch = original(*args, **kwargs)
-                self._data_end = _perf()
+            def on_device(batch: Any, device: Any = None, dataloader_idx: int = 0) -> Any:
+                batch = original(batch, device, dataloader_idx)
+                moved[0] = _perf()
                 return batch
 
             return on_device
 
-        r = self.records
-        t, data, batch_time, wall, samples, phase, epoch = (r[k].append for k in RECORD_KEYS)
-        timeline = self._timeline
-        steady = Phase.steady
+        def through(original: Any) -> list[Any]:
+            """The training batch with the warm-up's watches, device marks, a rank's error."""
+            warm = self.warmup if self._watches else 0  # steps below it run the watches
+            plain = mark is None and not watch_errors
 
-        def run(original: Any) -> Any:
-            def trains(*args: Any) -> Any:  # (optimizer, batch_idx, kwargs) or (kwargs)
-                if not self._active:
-                    return original(*args)
-                index = len(r["wall"])
-                watched = index < warm
-                if watched:
+            def watched(*args: Any) -> Any:
+                index = len(steps)
+                watching = index < warm
+                if watching:
                     for watch in self._watches:
                         watch.enter(index)
                 if mark is not None:
                     mark(index, "start")
-                start = _perf()
                 try:
-                    outputs = original(*args)
+                    return original(*args)
                 except BaseException as error:
                     if watch_errors:
                         ranks.saw(error)
                     raise
                 finally:
-                    end = _perf()
                     if mark is not None:
                         mark(index, "end")
-                    if watched:
+                    if watching:
                         for watch in self._watches:
                             watch.exit()
-                # The step's records, inline: each call and lookup here is paid every step.
-                step = args[-1]  # training_step's arguments: its batch, or the loader's iterator
-                batch = step.get("batch") if isinstance(step, dict) else None
-                if batch is None:  # a step fed the iterator: the fetcher keeps its last batch
-                    batch = getattr(trainer.fit_loop._data_fetcher, "_batch", None)
-                origin = self._origin
-                data_time = (self._data_end or start) - origin
-                t(origin - self._t0)
-                data(data_time)
-                if timeline is not None:  # the host's figures until the device's replace them
-                    r["host_data_time"].append(data_time)
-                    r["copy_time"].append(0.0)
-                batch_time(end - start)
-                wall(end - origin)
-                loaders = self._loaders
-                samples(batch_size_of(batch) if loaders is None else samples_of(batch, loaders))
-                first = self._first_in_epoch
-                phase(steady if index >= self._steady_from and not first else self._phase(index))
-                epoch(self._epoch)
-                self._step_open, self._first_in_epoch = True, False
-                loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-                if loss is not None:
-                    self._last_loss = loss
-                if timeline is not None:
-                    timeline.resolve(r)
-                if self._sync_step is not None:
-                    self._sync_step()
-                if (index + 1) % self.log_every_n_steps == 0:
-                    self._log(trainer, index)
-                return outputs
+                    if plain and index + 1 >= warm:
+                        call[0] = original
+
+            call = [original if plain and not warm else watched]
+            return call
+
+        def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
+            batch = kwargs.get("batch")  # None where the step was fed the loader's iterator:
+            if batch is None:  # the fetcher keeps its last batch
+                batch = getattr(trainer.fit_loop._data_fetcher, "_batch", None)
+            record((fetched(), moved[0], start, end, size(batch)))
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if loss is not None:
+                self._last_loss = loss
+            if after is not None:
+                after()
+            if not len(steps) % every:
+                self._log(trainer, len(steps) - 1)
+            return outputs
+
+        def automatic(original: Any) -> Any:  # the methods' own signatures: *args costs more
+            call = through(original)
+
+            def trains(optimizer: Any, batch_idx: int, kwargs: Any) -> Any:
+                if not self._active:
+                    return original(optimizer, batch_idx, kwargs)
+                start = _perf()
+                outputs = call[0](optimizer, batch_idx, kwargs)
+                return recorded(start, _perf(), kwargs, outputs)
+
+            return trains
+
+        def manual(original: Any) -> Any:
+            call = through(original)
+
+            def trains(kwargs: Any) -> Any:
+                if not self._active:
+                    return original(kwargs)
+                start = _perf()
+                outputs = call[0](kwargs)
+                return recorded(start, _perf(), kwargs, outputs)
 
             return trains
 
@@ -229,16 +232,11 @@ class _SpeedProbeCore:
         if watch_errors or mark is not None:  # the fetch's end only marks and watches
             taps.put(loop, "_on_after_fetch", fetch_end)
         taps.put(trainer.strategy, "batch_to_device", to_device)
-        taps.put(loop.automatic_optimization, "run", run)
-        taps.put(loop.manual_optimization, "run", run)
+        taps.put(loop.automatic_optimization, "run", automatic)
+        taps.put(loop.manual_optimization, "run", manual)
         if mid_epoch:
             taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
             taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)
-
-    def _detach(self) -> None:
-        self._taps.remove()
-        if self.sampler is not None:
-            self.sampler.stop()
 
     def _finish(self) -> None:
         if not self._active:
@@ -253,7 +251,9 @@ class _SpeedProbeCore:
             if self.exception is None:
                 raise
         finally:
-            self._detach()
+            self._taps.remove()
+            if self.sampler is not None:
+                self.sampler.stop()
             for watch in self._watches:
                 watch.exit()  # the debug mode back as it was, if a step was cut short
         self._active = False
@@ -261,30 +261,31 @@ class _SpeedProbeCore:
 
     # -- timing points ----------------------------------------------------------------------
 
-    def _begin_step(self, now: float) -> None:
-        """Close the open step and start the next one's wait for its batch."""
-        self._close_step(now)
-        self._origin = now
-        self._data_end = 0.0
-        if self._timeline is not None:
-            self._timeline.mark(len(self.records["wall"]), "origin")
+    def _begin_marked(self, now: float) -> None:
+        """A fetch starts: the open step's close and the next one's origin in the queue."""
+        log = self._steps
+        index, held = log.open_step(), log.held()
+        log.begins.append(now)
+        if index is not None:
+            self._timeline.mark(index, "close")
+        if not held:
+            self._timeline.mark(len(log.steps), "origin")
 
     def _close_step(self, now: float) -> None:
-        """End the open step: its wall runs until now, less validation run in between."""
-        if self._step_open:
-            wall = self.records["wall"]
-            wall[-1] = now - self._origin - self._val_since
-            self._step_open = False
-            if self._timeline is not None:
-                self._timeline.mark(len(wall) - 1, "close")
-        self._val_since = 0.0
+        self._mark_open("close")
+        self._steps.close(now)
 
-    def _phase(self, index: int) -> str:
-        if self._compiled and index == 0:
-            return Phase.compile
-        if self._first_in_epoch:
-            return Phase.epoch_start
-        return Phase.warmup if index < self.warmup else Phase.steady
+    def _after_step(self) -> None:
+        """After each step on a device with a timeline, or in a rank timing its syncs."""
+        if self._timeline is not None and not len(self._steps.steps) % RESOLVE_EVERY:
+            self._timeline.resolve(self.records)
+        if self._sync_step is not None:
+            self._sync_step()
+
+    @property
+    def records(self) -> dict[str, list]:
+        """The step records so far, from any thread (``StepLog.flush``)."""
+        return self._steps.flush()
 
     # -- Lightning hooks --------------------------------------------------------------------
 
@@ -305,12 +306,9 @@ class _SpeedProbeCore:
             self.sampler.start()
 
     def _peak_before_training(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
-        """The device's peak FLOP/s in this fit's precision and matmul level (``peak_of``),
-        taken here, before the fit's clock and its first step: a CPU's is measured by a matmul
-        (once a process), which mid-fit would take the cores it measures from the training and
-        slow both, and the live view's MFU needs it from the first counted step on. Empty where
-        no step will be counted, and in a rank process (the process that launched it reads the
-        peak after the fit)."""
+        """The device's peak FLOP/s in this fit's settings (``peak_of``), before the fit's first
+        step: a CPU's is measured by a matmul that mid-fit would slow the training and itself.
+        Empty where no step is counted, and in a rank process (its launcher reads it after)."""
         if self.distributed.in_child or self._counted_step(pl_module) is None:
             return {}
         return peak_of(device_for(trainer.strategy.root_device.type), self._settings)
@@ -342,10 +340,9 @@ class _SpeedProbeCore:
         self.phases[Phase.setup] = _perf() - self._t0 - self.phases[Phase.validation]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
-        plan = training_plan(trainer, self.own_max_steps)
         self._workload = {
             **loader_facts(loaders),
-            **plan,
+            **training_plan(trainer, self.own_max_steps),
             **self._settings,
             "devices": int(getattr(trainer, "num_devices", 1) or 1),
         }
@@ -366,9 +363,11 @@ class _SpeedProbeCore:
         self._attach_taps(trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._begin_step(_perf())
-        self._first_in_epoch = True
-        self._epoch = trainer.current_epoch
+        now = _perf()
+        self._close_step(now)
+        self._steps.begin_epoch(now, trainer.current_epoch)
+        if self._timeline is not None:
+            self._timeline.mark(len(self._steps.steps), "origin")
 
     def _log(self, trainer: Any, index: int) -> None:
         if self._last_loss is not None:
@@ -387,16 +386,20 @@ class _SpeedProbeCore:
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
-        if self._step_open and self._timeline is not None:
-            self._timeline.mark(len(self.records["wall"]) - 1, "val_start")
+        self._mark_open("val_start")
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
-            if self._step_open and self._timeline is not None:
-                self._timeline.mark(len(self.records["wall"]) - 1, "val_end")
+            self._mark_open("val_end")
             seconds = _perf() - self._val_start
             self.phases[Phase.validation] += seconds
-            self._val_since += seconds
+            self._steps.validated(seconds)
+
+    def _mark_open(self, point: str) -> None:
+        """Mark ``point`` of the open step in the device's queue, where it has one."""
+        index = self._steps.open_step()
+        if index is not None and self._timeline is not None:
+            self._timeline.mark(index, point)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish()
@@ -413,10 +416,7 @@ class _SpeedProbeCore:
 
     def _build_result(self) -> RunResult:
         r = self.records
-        phases = dict.fromkeys(STEP_PHASES, 0.0)
-        for phase, wall in zip(r["phase"], r["wall"]):
-            phases[phase] += wall
-        phases = {**self.phases, **phases}
+        phases = {**self.phases, **self._steps.phase_walls()}
         phases[Phase.compile] += sum(r.get("compile_time", ()))  # an XLA device's compilations
         notes = []
         if r["data_time"] and Phase.steady not in r["phase"]:

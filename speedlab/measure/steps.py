@@ -1,0 +1,164 @@
+"""A fit's training steps as SpeedProbe's training path leaves them, and the step records built
+from them off that path.
+
+Inside Lightning's step each line the probe runs costs 0.2-0.3 us (its caches are cold by then),
+so the path keeps only stamps: one at each fetch start (``begins``), the time the latest batch
+reached the device (``moved``), and one tuple a step (``steps``). The rest of a record is
+worked out here when the records are read (the live view's thread, the probe's logging, a
+device's timeline, the fit's end): the step's origin, its data_time, its wall once the next
+fetch or the epoch's end closes it (less validation run in between), its phase and epoch.
+
+A step's origin is the last fetch start before its training batch, or its epoch's start for an
+epoch's first step (its wait includes the workers' start-up). Its data_time runs from there to
+the moment its batch reached the device (the batch's start where nothing moved it since).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from speedlab.results.run import STEP_PHASES, Phase, empty_records
+
+Step = tuple[int, float, float, float, int]
+"""A step as the training path leaves it: (fetch starts so far, when the latest batch reached
+the device, training batch start, its end, samples)."""
+
+
+class StepLog:
+    """The steps of one fit: appended on the training path, built into records on reading."""
+
+    def __init__(self, t0: float, warmup: int = 0, compiled: bool = False) -> None:
+        self.t0 = t0
+        self.begins: list[float] = []  # each fetch start while the probe is on
+        self.moved = [0.0]  # when the latest batch reached the device
+        self.steps: list[Step] = []
+        self.records: dict[str, list] = empty_records()
+        self._warmup = warmup
+        self._compiled = compiled
+        self._steady_from = max(warmup, int(compiled))
+        self._epochs: dict[int, tuple[float, int]] = {}  # first step -> (start, epoch number)
+        self._closes: dict[int, float] = {}  # step -> end other than a fetch start's
+        self._validation: dict[int, float] = {}  # step -> seconds of validation after it
+        self._epoch = 0  # of the last step built
+        self._built = 0  # steps in the records
+        self._origins: list[float] = []  # of the steps built
+        self._open = 0  # the first built step whose close is not known yet
+        self._lock = threading.Lock()
+
+    # -- off the training path: the Callback's hooks, once an epoch or a validation --------
+
+    def begin_epoch(self, now: float, epoch: int) -> None:
+        """An epoch starts: its first step waits for its batch from now."""
+        self.close(now)
+        self._epochs[len(self.steps)] = (now, epoch)
+
+    def held(self) -> bool:
+        """Whether the next step is its epoch's first, which waits from the epoch's start."""
+        return len(self.steps) in self._epochs
+
+    def open_step(self) -> int | None:
+        """The last step, until a fetch start or ``close`` ends it."""
+        index = len(self.steps) - 1
+        if index < 0 or index in self._closes or self.steps[index][0] < len(self.begins):
+            return None
+        return index
+
+    def close(self, now: float) -> None:
+        """The open step, if any, ends now."""
+        index = self.open_step()
+        if index is not None:
+            self._closes[index] = now
+
+    def validated(self, seconds: float) -> None:
+        """Validation ran for ``seconds`` inside the open step, which its wall leaves out."""
+        index = self.open_step()
+        if index is not None:
+            self._validation[index] = self._validation.get(index, 0.0) + seconds
+
+    # -- reading ------------------------------------------------------------------------
+
+    def flush(self) -> dict[str, list]:
+        """The records of every step so far (the last one's wall runs to its batch's end
+        until the step is closed); any thread may call it."""
+        with self._lock:
+            n = len(self.steps)
+            if self._built < n:
+                self._build(n)
+            self._close_walls(n)
+            return self.records
+
+    def phase_walls(self) -> dict[str, float]:
+        """Seconds of wall in each phase a step can be in."""
+        walls, records = dict.fromkeys(STEP_PHASES, 0.0), self.flush()
+        for phase, wall in zip(records["phase"], records["wall"]):
+            walls[phase] += wall
+        return walls
+
+    def _build(self, n: int) -> None:
+        """Records of steps ``_built`` to ``n``, a column at a time: with the walls, 4.8
+        thousand instructions a step under callgrind, against 10.9 thousand a step at a time."""
+        r, built, begins, t0 = self.records, self._built, self.begins, self.t0
+        begun, moved, start, end, samples = zip(*self.steps[built:n])
+        origins = [begins[b - 1] if b else t0 for b in begun]
+        firsts = [i for i in range(built, n) if i in self._epochs]
+        for i in firsts:
+            origins[i - built] = self._epochs[i][0]
+        data = [(m if m > o else s) - o for m, s, o in zip(moved, start, origins)]
+        r["t"] += [o - t0 for o in origins]
+        r["data_time"] += data
+        if "host_data_time" in r:  # the host's figures until the device's replace them
+            r["host_data_time"] += data
+            r["copy_time"] += [0.0] * len(data)
+        r["batch_time"] += [e - s for s, e in zip(start, end)]
+        r["wall"] += [e - o for e, o in zip(end, origins)]
+        r["samples"] += samples
+        steady = max(built, self._steady_from)
+        phases = [self._phase(i, i in firsts) for i in range(built, min(steady, n))]
+        r["phase"] += phases + [Phase.steady] * (n - built - len(phases))
+        for i in firsts:  # an epoch's first step in the steady range
+            r["phase"][i] = self._phase(i, True)
+        marks = [*firsts, n]
+        r["epoch"] += [self._epoch] * (marks[0] - built)
+        for first, following in itertools.pairwise(marks):
+            self._epoch = self._epochs[first][1]
+            r["epoch"] += [self._epoch] * (following - first)
+        self._origins += origins
+        self._built = n
+
+    def _close_walls(self, n: int) -> None:
+        """Each built step's wall once the next fetch start or a ``close`` has ended it. A
+        fetch start ends a step only before the next step's training ends; a step the next
+        one followed without a fetch (a step fed the loader's iterator) keeps its wall to its
+        batch's end, as only the last step can still be ended."""
+        begins, opened = self.begins, self._open
+        fetched = len(begins)
+        begun = [step[0] for step in self.steps[opened : n + 1]]  # and the next step's, if any
+        ends = [
+            begins[b] if b < fetched and (after is None or b < after) else None
+            for b, after in itertools.zip_longest(begun[: n - opened], begun[1:])
+        ]
+        for index, close in list(self._closes.items()):  # an epoch's end or the fit's: rare
+            at = index - opened
+            if 0 <= at < len(ends) and (ends[at] is None or close < ends[at]):
+                ends[at] = close
+        closed = (
+            len(ends) - 1 if len(begun) == len(ends) and ends and ends[-1] is None else len(ends)
+        )
+        walls, origins = self.records["wall"], self._origins
+        walls[opened : opened + closed] = [
+            walls[i] if end is None else end - origins[i] for i, end in enumerate(ends, opened)
+        ][:closed]
+        for index, seconds in list(self._validation.items()):
+            if opened <= index < opened + closed and ends[index - opened] is not None:
+                walls[index] -= seconds
+        self._open = opened + closed
+
+    def _phase(self, index: int, first: bool) -> str:
+        if index >= self._steady_from and not first:
+            return Phase.steady
+        if self._compiled and index == 0:
+            return Phase.compile
+        if first:
+            return Phase.epoch_start
+        return Phase.warmup if index < self._warmup else Phase.steady
