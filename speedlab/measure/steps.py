@@ -113,11 +113,10 @@ class StepLog:
         r["batch_time"] += [e - s for s, e in zip(start, end)]
         r["wall"] += [e - o for e, o in zip(end, origins)]
         r["samples"] += samples
-        steady = max(built, self._steady_from)
-        phases = [self._phase(i, i in firsts) for i in range(built, min(steady, n))]
-        r["phase"] += phases + [Phase.steady] * (n - built - len(phases))
-        for i in firsts:  # an epoch's first step in the steady range
-            r["phase"][i] = self._phase(i, True)
+        phases = [Phase.steady] * (n - built)
+        for i in {*range(built, min(self._steady_from, n)), *firsts}:  # the rest are steady
+            phases[i - built] = self._phase(i, i in firsts)
+        r["phase"] += phases
         marks = [*firsts, n]
         r["epoch"] += [self._epoch] * (marks[0] - built)
         for first, following in itertools.pairwise(marks):
@@ -155,8 +154,7 @@ class StepLog:
         self._open = opened + closed
 
     def _phase(self, index: int, first: bool) -> str:
-        if index >= self._steady_from and not first:
-            return Phase.steady
+        """The phase of a step before the steady range, or an epoch's first."""
         if self._compiled and index == 0:
             return Phase.compile
         if first:
