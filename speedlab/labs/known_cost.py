@@ -118,7 +118,7 @@ class KnownCostModel(pl.LightningModule):
     ) -> torch.Tensor:
         x, y = batch
         loss = F.cross_entropy(self.net(x), y)
-        self.log("train_loss", loss)
+        self.log("train_loss", loss, batch_size=len(x))
         busy_wait(self.step_s)
         return loss
 

@@ -98,6 +98,15 @@ def is_compiled(module: Any) -> bool:
     return any(isinstance(m, OptimizedModule) for m in module.modules())
 
 
+def counted_step(module: Any, warmup: int, compiled: bool | None, counts: bool) -> int | None:
+    """The step whose FLOPs are counted: the last warm-up step, which no figure counts; None
+    without warm-up, around a compiled module, or where counting would change the step on the
+    device (``counts``: ``Device.counts_flops``)."""
+    if not warmup or compiled or not counts or is_compiled(module):
+        return None
+    return warmup - 1
+
+
 class FlopWatch:
     """Counts the FLOPs of step ``step`` (a warm-up step's index; None counts nothing).
 

@@ -11,6 +11,8 @@ a step costs the probe no callback hook and no profiler context.
 - data_time: from the fetch start (the epoch's start for its first step: worker start-up) to
   the end of ``batch_to_device`` (loader wait + host-to-device transfer).
 - batch_time: the ``run_training_batch`` span; wall: to the next step's start, less validation.
+- A step fed the loader's iterator fetches inside that span: its fetches are its data_time
+  (``speedlab.measure.steps``).
 
 On an asynchronous device those edges are also marked in the device's queue, and the
 device's own stamps, read a few steps later, replace the host's figures
@@ -35,8 +37,8 @@ from typing import Any
 from speedlab.measure.compat import callback_bases
 from speedlab.measure.devices import device_for
 from speedlab.measure.devices.busy import BusyWatch
-from speedlab.measure.devices.events import Timeline
-from speedlab.measure.flops import FlopWatch, is_compiled, peak_of
+from speedlab.measure.devices.events import StepMarks, Timeline
+from speedlab.measure.flops import FlopWatch, counted_step, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
 from speedlab.measure.syncs import SyncWatch
@@ -106,6 +108,7 @@ class _SpeedProbeCore:
         self._losses: list[tuple[int, Any]] = []
         self._last_loss: Any = None
         self._timeline: Timeline | None = None
+        self._marks: StepMarks | None = None
         self._syncs: SyncWatch | None = None
         self._flops = FlopWatch(None)
         self._busy: BusyWatch | None = None
@@ -119,11 +122,17 @@ class _SpeedProbeCore:
         loop = trainer.fit_loop.epoch_loop
         ranks = self.distributed
         watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
-        timeline = self._timeline
+        timeline, marks = self._timeline, self._marks
         mark = timeline.mark if timeline is not None else None
         log = self._steps
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+        log.fetches_inside = inside = any(  # a step fed the loader's iterator (steps.py)
+            kind.__name__ == "_DataLoaderIterDataFetcher" for kind in type(fetcher).__mro__
+        )
         moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
         begins = log.begins.append if mark is None else self._begin_marked
+        ended = log.fetch_ends.append
+        fetch = "wait" if inside else "fetched"  # the fetch's end in the device's queue
         loaders, every = self._loaders, self.log_every_n_steps
         size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
         after = self._after_step if timeline is not None or self._sync_step else None
@@ -140,8 +149,11 @@ class _SpeedProbeCore:
             def fetch_ends() -> None:
                 if watch_errors and (error := sys.exc_info()[1]) is not None:
                     ranks.saw(error)
-                if mark is not None and self._active:
-                    mark(len(steps), "fetched")
+                if self._active:
+                    if inside:
+                        ended(_perf())
+                    if mark is not None:
+                        mark(len(steps), fetch)
                 original()
 
             return fetch_ends
@@ -166,6 +178,8 @@ class _SpeedProbeCore:
                     for watch in self._watches:
                         watch.enter(index)
                 if mark is not None:
+                    if inside:
+                        marks.origin()
                     mark(index, "start")
                 try:
                     return original(*args)
@@ -225,11 +239,10 @@ class _SpeedProbeCore:
 
         # The fetcher takes the loop's methods as each epoch starts: attached mid-epoch, it
         # holds them already and gets the wrappers now.
-        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
         mid_epoch = getattr(fetcher, "_start_profiler", None) == loop._on_before_fetch
         taps = self._taps
         taps.put(loop, "_on_before_fetch", fetch_start)
-        if watch_errors or mark is not None:  # the fetch's end only marks and watches
+        if watch_errors or mark is not None or inside:  # not needed otherwise
             taps.put(loop, "_on_after_fetch", fetch_end)
         taps.put(trainer.strategy, "batch_to_device", to_device)
         taps.put(loop.automatic_optimization, "run", automatic)
@@ -262,14 +275,8 @@ class _SpeedProbeCore:
     # -- timing points ----------------------------------------------------------------------
 
     def _begin_marked(self, now: float) -> None:
-        """A fetch starts: the open step's close and the next one's origin in the queue."""
-        log = self._steps
-        index, held = log.open_step(), log.held()
-        log.begins.append(now)
-        if index is not None:
-            self._timeline.mark(index, "close")
-        if not held:
-            self._timeline.mark(len(log.steps), "origin")
+        self._marks.fetch_start()
+        self._steps.begins.append(now)
 
     def _close_step(self, now: float) -> None:
         self._mark_open("close")
@@ -314,14 +321,8 @@ class _SpeedProbeCore:
         return peak_of(device_for(trainer.strategy.root_device.type), self._settings)
 
     def _counted_step(self, pl_module: Any) -> int | None:
-        """The step whose FLOPs are counted: the last warm-up step, which no figure counts;
-        None without warm-up, around a compiled module, or where counting would change the
-        step (``Device.counts_flops``)."""
-        if not self.warmup or self.compiled or is_compiled(pl_module):
-            return None
-        if not device_for(str(pl_module.device.type)).counts_flops:
-            return None
-        return self.warmup - 1
+        counts = device_for(str(pl_module.device.type)).counts_flops
+        return counted_step(pl_module, self.warmup, self.compiled, counts)
 
     @property
     def flops_per_sample(self) -> float | None:
@@ -351,6 +352,7 @@ class _SpeedProbeCore:
         self._timeline = device.timeline(self.warmup)
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
+            self._marks = StepMarks(self._timeline, self._steps)
         self._syncs = device.sync_watch(self.warmup)
         self._flops = FlopWatch(self._counted_step(pl_module))
         self._busy = device.busy_watch(self.warmup)
@@ -396,10 +398,8 @@ class _SpeedProbeCore:
             self._steps.validated(seconds)
 
     def _mark_open(self, point: str) -> None:
-        """Mark ``point`` of the open step in the device's queue, where it has one."""
-        index = self._steps.open_step()
-        if index is not None and self._timeline is not None:
-            self._timeline.mark(index, point)
+        if self._marks is not None:
+            self._marks.open(point)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish()

@@ -11,6 +11,12 @@ fetch or the epoch's end closes it (less validation run in between), its phase a
 A step's origin is the last fetch start before its training batch, or its epoch's start for an
 epoch's first step (its wait includes the workers' start-up). Its data_time runs from there to
 the moment its batch reached the device (the batch's start where nothing moved it since).
+
+A step fed the loader's iterator (``training_step(self, dataloader_iter)``) fetches inside its
+training and moves the batch itself: with ``fetches_inside``, each fetch's end is stamped too
+(``fetch_ends``), the step's origin is its training's start (its epoch's start for the first),
+its data_time the wait before that plus its fetches, and its batch_time the rest of its
+training (the user's own copy to the device included); the next step's start ends it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ class StepLog:
         self.begins: list[float] = []  # each fetch start while the probe is on
         self.moved = [0.0]  # when the latest batch reached the device
         self.steps: list[Step] = []
+        self.fetches_inside = False  # steps fetch their batches in their training
+        self.fetch_ends: list[float] = []  # each fetch's end, where they do
         self.records: dict[str, list] = empty_records()
         self._warmup = warmup
         self._compiled = compiled
@@ -58,9 +66,12 @@ class StepLog:
         return len(self.steps) in self._epochs
 
     def open_step(self) -> int | None:
-        """The last step, until a fetch start or ``close`` ends it."""
+        """The last step, until a fetch start (the next step's, where steps fetch inside) or
+        ``close`` ends it."""
         index = len(self.steps) - 1
-        if index < 0 or index in self._closes or self.steps[index][0] < len(self.begins):
+        if index < 0 or index in self._closes:
+            return None
+        if not self.fetches_inside and self.steps[index][0] < len(self.begins):
             return None
         return index
 
@@ -100,17 +111,26 @@ class StepLog:
         thousand instructions a step under callgrind, against 10.9 thousand a step at a time."""
         r, built, begins, t0 = self.records, self._built, self.begins, self.t0
         begun, moved, start, end, samples = zip(*self.steps[built:n])
-        origins = [begins[b - 1] if b else t0 for b in begun]
+        if self.fetches_inside:
+            origins = list(start)
+            ends, before = self.fetch_ends, self.steps[built - 1][0] if built else 0
+            fetching = [
+                sum(e - b for b, e in zip(begins[lo:hi], ends[lo:hi]))
+                for lo, hi in zip((before, *begun), begun)
+            ]
+        else:
+            origins = [begins[b - 1] if b else t0 for b in begun]
+            fetching = [0.0] * (n - built)
         firsts = [i for i in range(built, n) if i in self._epochs]
         for i in firsts:
             origins[i - built] = self._epochs[i][0]
-        data = [(m if m > o else s) - o for m, s, o in zip(moved, start, origins)]
+        data = [(m if m > o else s) - o + f for m, s, o, f in zip(moved, start, origins, fetching)]
         r["t"] += [o - t0 for o in origins]
         r["data_time"] += data
         if "host_data_time" in r:  # the host's figures until the device's replace them
             r["host_data_time"] += data
             r["copy_time"] += [0.0] * len(data)
-        r["batch_time"] += [e - s for s, e in zip(start, end)]
+        r["batch_time"] += [e - s - f for s, e, f in zip(start, end, fetching)]
         r["wall"] += [e - o for e, o in zip(end, origins)]
         r["samples"] += samples
         phases = [Phase.steady] * (n - built)
@@ -126,30 +146,27 @@ class StepLog:
         self._built = n
 
     def _close_walls(self, n: int) -> None:
-        """Each built step's wall once the next fetch start or a ``close`` has ended it. A
-        fetch start ends a step only before the next step's training ends; a step the next
-        one followed without a fetch (a step fed the loader's iterator) keeps its wall to its
-        batch's end, as only the last step can still be ended."""
-        begins, opened = self.begins, self._open
-        fetched = len(begins)
-        begun = [step[0] for step in self.steps[opened : n + 1]]  # and the next step's, if any
-        ends = [
-            begins[b] if b < fetched and (after is None or b < after) else None
-            for b, after in itertools.zip_longest(begun[: n - opened], begun[1:])
-        ]
+        """Each built step's wall once the next fetch start (the next step's start, where
+        steps fetch inside) or a ``close`` has ended it."""
+        opened = self._open
+        if self.fetches_inside:
+            ends = [step[2] for step in self.steps[opened + 1 : n + 1]]
+        else:
+            begins = self.begins
+            fetched = len(begins)
+            ends = [begins[step[0]] for step in self.steps[opened:n] if step[0] < fetched]
+        ends += [None] * (n - opened - len(ends))
         for index, close in list(self._closes.items()):  # an epoch's end or the fit's: rare
             at = index - opened
             if 0 <= at < len(ends) and (ends[at] is None or close < ends[at]):
                 ends[at] = close
-        closed = (
-            len(ends) - 1 if len(begun) == len(ends) and ends and ends[-1] is None else len(ends)
-        )
+        closed = ends.index(None) if None in ends else len(ends)
         walls, origins = self.records["wall"], self._origins
         walls[opened : opened + closed] = [
-            walls[i] if end is None else end - origins[i] for i, end in enumerate(ends, opened)
-        ][:closed]
+            end - origins[i] for i, end in enumerate(ends[:closed], opened)
+        ]
         for index, seconds in list(self._validation.items()):
-            if opened <= index < opened + closed and ends[index - opened] is not None:
+            if opened <= index < opened + closed:
                 walls[index] -= seconds
         self._open = opened + closed
 

@@ -33,6 +33,7 @@ from speedlab.measure.devices import (
 from speedlab.measure.probe import SpeedProbe
 from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
+    OnDevice,
     SimulatedDevice,
     SynchronisedTruth,
     device_work,
@@ -199,3 +200,31 @@ def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedD
     result = probe.result()
     assert len(result.records["batch_time"]) == 2  # the steps before it are kept
     assert device_work(result.records["batch_time"])
+
+
+class FedTheIterator(OnDevice):
+    """Queues the device's work after fetching its own batch from the loader's iterator."""
+
+    def training_step(self, dataloader_iter):
+        batch, batch_idx, _ = next(dataloader_iter)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_step_fetching_inside_idles_the_device_only_for_what_its_queue_does_not_cover(
+    device: SimulatedDevice,
+) -> None:
+    """A step fed the loader's iterator fetches inside its training while the device runs the
+    work queued before: the device waits for input only for the rest of the fetch (8 x 3 ms
+    of loading against 20 ms of queued work), and its batch_time is its work alone."""
+    model = FedTheIterator(step_s=0.0)
+    model.simulated = device
+    probe = SpeedProbe(warmup=5)
+    fit_on_device(model, probe, 30, sleep_s=0.003)
+    result = probe.result()
+    require_quiet(result)
+    steady = [i for i, phase in enumerate(result.records["phase"]) if phase == "steady"]
+    assert device_work([result.records["batch_time"][i] for i in steady])
+    assert result.host_data_time >= 8 * 0.003
+    host_pace = statistics.median(numpy.diff([result.records["t"][i] for i in steady]))
+    assert result.data_time == pytest.approx(max(0.0, host_pace - result.batch_time), abs=0.003)
+    assert result.data_time >= 0.002

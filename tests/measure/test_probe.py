@@ -422,3 +422,33 @@ def test_import_speedlab_loads_no_torch() -> None:
     seconds, torch_loaded, lightning_loaded = out.stdout.split()
     assert torch_loaded == "False" and lightning_loaded == "False"
     assert float(seconds) < 0.3
+
+
+class FedTheIterator(KnownCostModel):
+    """The known-cost step taking the loader's iterator: it fetches its own batch."""
+
+    def training_step(self, dataloader_iter):
+        batch, batch_idx, _ = next(dataloader_iter)
+        return super().training_step(batch, batch_idx)
+
+
+def test_steps_fed_the_loaders_iterator_wait_for_the_fetches_inside_them() -> None:
+    """``training_step(self, dataloader_iter)`` fetches inside the step: the fetch is its
+    data_time, the rest its batch_time (it was counted as batch_time, data_time below zero)."""
+    truth = loader_batch_cost(sleep_s=0.002)
+    probe = SpeedProbe(warmup=5)
+    loader = known_cost_loader(n=4000, batch_size=8, sleep_s=0.002)
+    trainer(probe, max_steps=30).fit(FedTheIterator(step_s=0.010), loader)
+    result = probe.result()
+    skip_if_shared(result)
+    assert result.steps == 30 and result.samples == 30 * 8
+    assert min(result.records["data_time"]) >= 0.016, result.records["data_time"]
+    assert close_to(result.data_time, truth), (result.data_time, truth)
+    bare = SpeedProbe(warmup=5, sample_system=False)
+    trainer(bare, max_steps=30).fit(
+        FedTheIterator(step_s=0.0), known_cost_loader(n=400, batch_size=8, sleep_s=0.002)
+    )
+    assert close_to(result.batch_time, 0.010 + bare.result().batch_time), result.batch_time
+    r = result.records  # each step's wall runs from its start to the next one's
+    assert all(w >= d + b for w, d, b in zip(r["wall"], r["data_time"], r["batch_time"]))
+    assert sum(r["wall"][5:-1]) == pytest.approx(r["t"][-1] - r["t"][5], rel=1e-9)

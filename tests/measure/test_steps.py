@@ -104,12 +104,43 @@ def test_reading_from_another_thread_while_steps_are_appended() -> None:
     assert log.flush() == alone.flush()
 
 
-def test_a_step_followed_without_a_fetch_keeps_its_wall_to_its_end() -> None:
-    """Steps fed the loader's iterator fetch inside their training: a fetch ends the step
-    before the one it runs in, and a step the next followed without a fetch is never ended."""
+def fed_the_iterator(log: StepLog, fetches: list[tuple[float, float]], start: float, end: float):
+    """One step fed the loader's iterator: its fetches inside its training, start to end."""
+    for begin, ended in fetches:
+        log.begins.append(begin)
+        log.fetch_ends.append(ended)
+    log.steps.append((len(log.begins), log.moved[0], start, end, 8))
+
+
+def test_steps_fed_the_iterator_wait_for_the_fetches_inside_their_training() -> None:
     log = StepLog(t0=0.0)
-    step(log, 1.0, None, 1.1, 1.5)
-    step(log, None, None, 1.6, 1.9)  # no fetch between: step 0 keeps its wall to its end
-    step(log, 2.2, None, 2.0, 2.4)  # fetched inside its own training: ends step 1
-    log.close(2.6)
-    assert log.flush()["wall"] == pytest.approx([0.5, 2.2 - 1.0, 2.6 - 2.2])
+    log.fetches_inside = True
+    log.begin_epoch(0.5, epoch=0)
+    fed_the_iterator(log, [(1.1, 1.4)], 1.0, 1.6)  # waited from the epoch's start, then 0.3
+    fed_the_iterator(log, [(1.8, 1.9), (2.0, 2.2)], 1.7, 2.5)  # two fetches: 0.1 + 0.2
+    assert log.open_step() == 1  # a fetch inside the next step must not end it early
+    log.validated(0.05)
+    fed_the_iterator(log, [], 2.6, 2.7)  # a step that fetched nothing waited for nothing
+    r = log.flush()
+    assert r["t"] == pytest.approx([0.5, 1.7, 2.6])
+    assert r["data_time"] == pytest.approx([0.5 + 0.3, 0.3, 0.0])
+    assert r["batch_time"] == pytest.approx([0.3, 0.5, 0.1])
+    # Each step runs to the next one's start (less validation); the last to its end, for now.
+    assert r["wall"] == pytest.approx([1.2, 0.9 - 0.05, 0.1])
+    log.close(2.9)
+    assert log.flush()["wall"][2] == pytest.approx(0.3)
+
+
+def test_a_reader_between_a_fetch_and_its_steps_end_leaves_the_last_step_open() -> None:
+    """The live view reads while the next step is fetching: the step before stays open until
+    that step's record gives its start."""
+    log = StepLog(t0=0.0)
+    log.fetches_inside = True
+    fed_the_iterator(log, [(0.1, 0.2)], 0.0, 0.5)
+    log.begins.append(0.7)  # the next step's fetch has started, inside its training
+    assert log.flush()["wall"] == pytest.approx([0.5])
+    log.fetch_ends.append(0.8)
+    log.steps.append((len(log.begins), 0.0, 0.6, 0.9, 8))
+    r = log.flush()
+    assert r["wall"] == pytest.approx([0.6, 0.3])
+    assert r["data_time"] == pytest.approx([0.1, 0.1])

@@ -10,6 +10,9 @@ each step's edges as the host passes them; the device's stamps then give what th
 - data_time: ``origin`` to ``start``: the time the device had nothing of this step to run, the
   host-to-device copy included. copy_time: ``fetched`` to ``start``, the copy's part of it.
 - batch_time: ``start`` to ``end``; wall: ``origin`` to ``close``, less validation.
+- A step fed the loader's iterator fetches inside its training: ``wait`` marks each fetch's start
+  and end there, its origin is marked at its start, and the device's idle time between each
+  pair (the queue ran dry while the host fetched) moves from batch_time to data_time.
 - launch_lag: how long after the host queued a step's ``end`` the device reached it, for the
   first ``LAG_STEPS`` steps: near zero where the device ran each operation as soon as the host
   queued it (it waited on the host's launches), a step's work or more where the host ran ahead.
@@ -39,6 +42,35 @@ class Timeline(Protocol):
     def resolve(self, records: dict[str, list], *, wait: bool = False) -> None: ...
 
 
+class StepMarks:
+    """The probe's marks in a device's queue: which step each edge belongs to, from the step
+    log's state as the host passes the edge (``speedlab.measure.steps.StepLog``)."""
+
+    def __init__(self, timeline: Timeline, log: Any) -> None:
+        self.timeline, self._log = timeline, log
+
+    def fetch_start(self) -> None:
+        """A fetch starts, before the log stamps it: a wait inside the training of a step fed
+        the loader's iterator; otherwise the open step's close and the next one's origin."""
+        if self._log.fetches_inside:
+            self.timeline.mark(len(self._log.steps), "wait")
+        else:
+            self.origin()
+
+    def origin(self) -> None:
+        """The open step's close and the next one's origin (an epoch's first step has its
+        epoch's start for origin)."""
+        self.open("close")
+        if not self._log.held():
+            self.timeline.mark(len(self._log.steps), "origin")
+
+    def open(self, point: str) -> None:
+        """``point`` of the open step, if any."""
+        index = self._log.open_step()
+        if index is not None:
+            self.timeline.mark(index, point)
+
+
 class EventTimeline:
     """Marks of step edges in the device's queue, resolved into per-step records.
 
@@ -53,6 +85,7 @@ class EventTimeline:
         self._synchronize = synchronize
         self._pool: list[Any] = []
         self._steps: dict[int, dict[str, Any]] = {}
+        self._waits: dict[int, list[Any]] = {}  # step -> its fetches' start and end events
         self._lags = lags
         self._ends: list[tuple[int, Any, float]] = []  # (step, its end event, host clock)
         self._kept: set[int] = set()  # ids of those end events, kept out of the pool
@@ -61,7 +94,10 @@ class EventTimeline:
         """The host reached ``point`` of step ``index``: the device stamps it when it gets there."""
         event = self._pool.pop() if self._pool else self._event()
         event.record()
-        self._steps.setdefault(index, {})[point] = event
+        if point == "wait":
+            self._waits.setdefault(index, []).append(event)
+        else:
+            self._steps.setdefault(index, {})[point] = event
         if point == "end" and len(self._ends) < self._lags:
             self._ends.append((index, event, time.perf_counter()))
             self._kept.add(id(event))
@@ -83,9 +119,11 @@ class EventTimeline:
             if not wait and (close is None or not close.query()):
                 break
             del self._steps[index]
+            waits = self._waits.pop(index, [])
             if close is not None and index < len(records["batch_time"]) and "end" in marks:
-                self._write(records, index, marks)
+                self._write(records, index, marks, waits)
             self._pool += [event for event in marks.values() if id(event) not in self._kept]
+            self._pool += waits
         if wait and self._ends:
             self._write_lags(records, drained)
 
@@ -109,12 +147,13 @@ class EventTimeline:
         self._kept.clear()
 
     @staticmethod
-    def _write(records: dict[str, list], index: int, marks: dict[str, Any]) -> None:
+    def _write(records: dict[str, list], index: int, marks: dict[str, Any], waits: list) -> None:
         def span(a: str, b: str) -> float:
             return marks[a].elapsed_time(marks[b]) / 1e3
 
         validation = span("val_start", "val_end") if "val_end" in marks else 0.0
-        records["data_time"][index] = span("origin", "start")
-        records["copy_time"][index] = span("fetched", "start")
-        records["batch_time"][index] = span("start", "end")
+        fetching = sum(a.elapsed_time(b) for a, b in zip(waits[::2], waits[1::2])) / 1e3
+        records["data_time"][index] = span("origin", "start") + fetching
+        records["copy_time"][index] = span("fetched", "start") if "fetched" in marks else 0.0
+        records["batch_time"][index] = span("start", "end") - fetching
         records["wall"][index] = span("origin", "close") - validation

@@ -4,6 +4,10 @@ gpu-marked tests)."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.events import EventTimeline
 from tests.simulated_device import (
@@ -109,3 +113,28 @@ def test_launch_lags_are_kept_for_the_first_steps_only() -> None:
         timeline.resolve(records)
     timeline.resolve(records, wait=True)
     assert [lag is None for lag in records["launch_lag"]] == [False, False, True, True]
+
+
+def test_a_fetch_inside_a_step_moves_the_devices_idle_time_to_data_time() -> None:
+    """A step fed the loader's iterator: the host fetches inside the training while the device
+    runs the work queued before, and the device idles only for the rest of the fetch."""
+    records = step_records(1)
+    with probe_on_simulated_device() as device:  # the device's thread gets the GIL often
+        timeline = EventTimeline(device.event, device.synchronize)
+        timeline.mark(0, "origin")
+        timeline.mark(0, "start")
+        device.launch(STEP_S)  # queued before the fetch: it covers about half of it
+        timeline.mark(0, "wait")
+        busy_wait(2 * STEP_S)  # the fetch
+        fetched = time.perf_counter()
+        timeline.mark(0, "wait")
+        device.launch(STEP_S)
+        timeline.mark(0, "end")
+        timeline.mark(0, "close")
+        timeline.resolve(records, wait=True)
+    # The truth from the device's own record of when it worked.
+    idle = fetched - device.spans[0][1]
+    assert idle > 0.5 * STEP_S
+    assert records["data_time"][0] == pytest.approx(idle, abs=0.002)
+    assert records["batch_time"][0] == pytest.approx(sum(device.worked), abs=0.002)
+    assert records["copy_time"] == [0.0]
