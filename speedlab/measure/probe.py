@@ -6,10 +6,14 @@ the strategy's ``batch_to_device`` moves the batch, and the optimization loop's 
 it (the profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods
 on the trainer's own loop and strategy objects for the length of the fit
 (``speedlab.measure.taps``): nothing of the user's (model, profiler, callbacks) is touched, and
-a step costs the probe no callback hook and no profiler context.
+a step costs the probe no callback hook and no profiler context. Where the loop's call at a
+fetch's edge only starts or stops the default profiler, which does nothing, a stamp run in C
+takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on the step.
 
 - data_time: from the fetch start (the epoch's start for its first step: worker start-up) to
-  the end of ``batch_to_device`` (loader wait + host-to-device transfer).
+  the end of ``batch_to_device`` (loader wait + host-to-device transfer). On a device that
+  computes in the host's memory (the CPU) with nothing but Lightning's bookkeeping between
+  (``compat.batch_untouched``), the batch is there as its fetch ends: the wait ends there.
 - batch_time: the ``run_training_batch`` span; wall: to the next step's start, less validation.
 - A step fed the loader's iterator fetches inside that span: its fetches are its data_time
   (``speedlab.measure.steps``).
@@ -19,32 +23,30 @@ device's own stamps, read a few steps later, replace the host's figures
 (``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
 of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
 the loader, which the device's work may hide. Warm-up steps, which no figure counts, carry the
-watches: the host syncs of a few (``speedlab.measure.syncs``), the last one's FLOPs
-(``speedlab.measure.flops``, against the device's peak taken before the first step) and the
-device's own trace of its work in it (``speedlab.measure.devices.busy``). What differs by
-device, the probe asks of ``speedlab.measure.devices.device_for(device type)``.
+watches (``speedlab.measure.watches``; the FLOPs against the device's peak, taken before the
+first step). What differs by device, the probe asks of ``speedlab.measure.devices.device_for``.
 
 The training path only stamps the clock into the step log (``speedlab.measure.steps``, which
 builds the records on reading): no tensor allocation, no ``.item()``, no synchronize."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from speedlab.measure.compat import callback_bases
-from speedlab.measure.devices import device_for
-from speedlab.measure.devices.busy import BusyWatch
+from speedlab.measure.compat import batch_untouched, callback_bases, feeds_iterator, quiet_fetch
+from speedlab.measure.devices import Device, device_for
 from speedlab.measure.devices.events import StepMarks, Timeline
-from speedlab.measure.flops import FlopWatch, counted_step, peak_of
+from speedlab.measure.flops import counted_step, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
-from speedlab.measure.syncs import SyncWatch
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
-from speedlab.measure.workload import batch_size_of, loader_facts, samples_of, training_plan
+from speedlab.measure.watches import WarmupWatches
+from speedlab.measure.workload import batch_size_of, samples_of, workload_of
 from speedlab.results.run import Phase, RunResult
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
@@ -81,7 +83,7 @@ class _SpeedProbeCore:
         self.compiled = compiled
         self._steps = StepLog(0.0)
         self.peak: dict[str, Any] = {}  # the device's peak FLOP/s for this fit (setup)
-        self._flops = FlopWatch(None)
+        self._watches = WarmupWatches()
         self.sampler: SystemSampler | None = None
         self._result: RunResult | None = None
         self._taps = Taps()
@@ -109,14 +111,11 @@ class _SpeedProbeCore:
         self._last_loss: Any = None
         self._timeline: Timeline | None = None
         self._marks: StepMarks | None = None
-        self._syncs: SyncWatch | None = None
-        self._flops = FlopWatch(None)
-        self._busy: BusyWatch | None = None
-        self._watches: tuple[SyncWatch | FlopWatch | BusyWatch, ...] = ()
+        self._watches = WarmupWatches()
         self._sync_step: Any = None  # a rank's sync timer's close_step, in a distributed fit
         self._active = True
 
-    def _attach_taps(self, trainer: Any) -> None:
+    def _attach_taps(self, trainer: Any, device: Device) -> None:
         """Wrap the calls that bound each step on the trainer's loop and strategy. After the fit
         they pass calls on: another probe's wrappers may sit on top, and put them back."""
         loop = trainer.fit_loop.epoch_loop
@@ -126,18 +125,25 @@ class _SpeedProbeCore:
         mark = timeline.mark if timeline is not None else None
         log = self._steps
         fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
-        log.fetches_inside = inside = any(  # a step fed the loader's iterator (steps.py)
-            kind.__name__ == "_DataLoaderIterDataFetcher" for kind in type(fetcher).__mro__
-        )
+        log.fetches_inside = inside = feeds_iterator(fetcher)
         moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
         begins = log.begins.append if mark is None else self._begin_marked
-        ended = log.fetch_ends.append
         fetch = "wait" if inside else "fetched"  # the fetch's end in the device's queue
         loaders, every = self._loaders, self.log_every_n_steps
         size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
         after = self._after_step if timeline is not None or self._sync_step else None
+        host_clock = mark is None and not inside and not watch_errors  # stamps only
+        moved_as_fetched = (  # the batch is on the device as its fetch ends
+            host_clock
+            and device.host_memory
+            and batch_untouched(trainer)
+            and quiet_fetch(trainer, "_on_after_fetch")
+        )
 
         def fetch_start(original: Any) -> Any:
+            if host_clock and quiet_fetch(trainer, "_on_before_fetch"):
+                return map(begins, iter(_perf, None)).__next__  # the stamp in C: no frame
+
             def fetch_starts() -> None:
                 original()
                 if self._active:
@@ -151,7 +157,7 @@ class _SpeedProbeCore:
                     ranks.saw(error)
                 if self._active:
                     if inside:
-                        ended(_perf())
+                        log.fetch_ends.append(_perf())
                     if mark is not None:
                         mark(len(steps), fetch)
                 original()
@@ -168,15 +174,14 @@ class _SpeedProbeCore:
 
         def through(original: Any) -> list[Any]:
             """The training batch with the warm-up's watches, device marks, a rank's error."""
-            warm = self.warmup if self._watches else 0  # steps below it run the watches
+            warm = self.warmup if self._watches.each else 0  # steps below it run the watches
             plain = mark is None and not watch_errors
 
             def watched(*args: Any) -> Any:
                 index = len(steps)
                 watching = index < warm
                 if watching:
-                    for watch in self._watches:
-                        watch.enter(index)
+                    self._watches.enter(index)
                 if mark is not None:
                     if inside:
                         marks.origin()
@@ -191,8 +196,7 @@ class _SpeedProbeCore:
                     if mark is not None:
                         mark(index, "end")
                     if watching:
-                        for watch in self._watches:
-                            watch.exit()
+                        self._watches.exit()
                     if plain and index + 1 >= warm:
                         call[0] = original
 
@@ -200,9 +204,8 @@ class _SpeedProbeCore:
             return call
 
         def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
-            batch = kwargs.get("batch")  # None where the step was fed the loader's iterator:
-            if batch is None:  # the fetcher keeps its last batch
-                batch = getattr(trainer.fit_loop._data_fetcher, "_batch", None)
+            # A step fed the loader's iterator: the fetcher keeps the last batch it fetched.
+            batch = trainer.fit_loop._data_fetcher._batch if inside else kwargs.get("batch")
             record((fetched(), moved[0], start, end, size(batch)))
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if loss is not None:
@@ -242,9 +245,13 @@ class _SpeedProbeCore:
         mid_epoch = getattr(fetcher, "_start_profiler", None) == loop._on_before_fetch
         taps = self._taps
         taps.put(loop, "_on_before_fetch", fetch_start)
-        if watch_errors or mark is not None or inside:  # not needed otherwise
+        if moved_as_fetched:  # in the loop's call that does nothing, the stamp in C
+            stamp = map(moved.__setitem__, itertools.repeat(0), iter(_perf, None)).__next__
+            taps.put(loop, "_on_after_fetch", lambda _: stamp)
+        else:
+            taps.put(trainer.strategy, "batch_to_device", to_device)
+        if not host_clock:  # the fetch's end marks and watches
             taps.put(loop, "_on_after_fetch", fetch_end)
-        taps.put(trainer.strategy, "batch_to_device", to_device)
         taps.put(loop.automatic_optimization, "run", automatic)
         taps.put(loop.manual_optimization, "run", manual)
         if mid_epoch:
@@ -267,8 +274,7 @@ class _SpeedProbeCore:
             self._taps.remove()
             if self.sampler is not None:
                 self.sampler.stop()
-            for watch in self._watches:
-                watch.exit()  # the debug mode back as it was, if a step was cut short
+            self._watches.exit()  # the debug mode back as it was, if a step was cut short
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
@@ -327,13 +333,14 @@ class _SpeedProbeCore:
     @property
     def flops_per_sample(self) -> float | None:
         """FLOPs a sample of the counted step, once counted (``FlopWatch.per_sample``)."""
-        return self._flops.per_sample(self.records["samples"])
+        return self._watches.flops.per_sample(self.records["samples"])
 
     @property
     def device_busy(self) -> float | None:
         """Seconds the device worked in its traced warm-up step, once traced (for the live
         view's split of a step); None before, or where the device keeps no trace."""
-        return self._busy.busy if self._busy is not None else None
+        busy = self._watches.busy
+        return busy.busy if busy is not None else None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
@@ -341,28 +348,18 @@ class _SpeedProbeCore:
         self.phases[Phase.setup] = _perf() - self._t0 - self.phases[Phase.validation]
         loaders = getattr(trainer, "train_dataloader", None)
         self._loaders = loaders if isinstance(loaders, (Mapping, list, tuple)) else None
-        self._workload = {
-            **loader_facts(loaders),
-            **training_plan(trainer, self.own_max_steps),
-            **self._settings,
-            "devices": int(getattr(trainer, "num_devices", 1) or 1),
-        }
+        self._workload = {**workload_of(trainer, self.own_max_steps), **self._settings}
         self.device = str(pl_module.device.type)
         device = device_for(self.device)
         self._timeline = device.timeline(self.warmup)
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
             self._marks = StepMarks(self._timeline, self._steps)
-        self._syncs = device.sync_watch(self.warmup)
-        self._flops = FlopWatch(self._counted_step(pl_module))
-        self._busy = device.busy_watch(self.warmup)
-        # in this order: the device's trace synchronizes it, which the sync watch would count
-        watches = (self._syncs, self._flops, self._busy)
-        self._watches = tuple(w for w in watches if w is not None)
+        self._watches = WarmupWatches(device, self.warmup, self._counted_step(pl_module))
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
         sync = self.distributed.sync
         self._sync_step = sync.close_step if sync is not None else None
-        self._attach_taps(trainer)
+        self._attach_taps(trainer, device)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         now = _perf()
@@ -436,9 +433,7 @@ class _SpeedProbeCore:
             wall_time=_perf() - self._t0,
             device=getattr(self, "device", "cpu"),
             workload=dict(self._workload),
-            host_syncs=self._syncs.result() if self._syncs is not None else {},
-            flops=self._flops.result(),
-            device_busy=self._busy.result() if self._busy is not None else {},
+            **self._watches.results(),
         )
 
     @property

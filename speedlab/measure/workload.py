@@ -75,6 +75,16 @@ def loader_facts(loaders: Any) -> dict[str, Any]:
     return facts
 
 
+def workload_of(trainer: Any, own_max_steps: int | None = None) -> dict[str, Any]:
+    """What a fit trains: its training loaders (``loader_facts``), its length
+    (``training_plan``) and its devices."""
+    return {
+        **loader_facts(getattr(trainer, "train_dataloader", None)),
+        **training_plan(trainer, own_max_steps),
+        "devices": int(getattr(trainer, "num_devices", 1) or 1),
+    }
+
+
 def training_plan(trainer: Any, own_max_steps: int | None = None) -> dict[str, int]:
     """The fit's own length, as the cell wrote it: training batches an epoch (``epoch_steps``)
     and in all (``planned_steps``), where finite. ``own_max_steps`` is the cell's ``max_steps``

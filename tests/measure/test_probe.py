@@ -239,6 +239,51 @@ def test_user_profiler_keeps_every_action() -> None:
     assert per_step == [] and "[Callback]SpeedProbe.on_after_backward" not in actions
 
 
+class FetchEdges(pl.Callback):
+    """What the data fetcher calls at each fetch's start and end, seen from a step."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        fetcher = trainer.fit_loop._data_fetcher
+        self.seen.append((fetcher._start_profiler, fetcher._stop_profiler))
+
+
+class NormalisedOnTransfer(KnownCostModel):
+    """Its own work on each batch once moved (2 ms): the data's, as the copy would be."""
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        time.sleep(0.002)
+        return batch
+
+
+@pytest.mark.parametrize(
+    ("profiler", "model", "in_c"),
+    [
+        (None, KnownCostModel, (True, True)),
+        ("simple", KnownCostModel, (False, False)),
+        (None, NormalisedOnTransfer, (True, False)),
+    ],
+)
+def test_fetch_edges_lightning_does_nothing_at_are_stamped_in_c(profiler, model, in_c) -> None:
+    """Lightning's calls at a fetch's edges only start and stop its profiler: under the
+    default one, which does nothing, the probe's stamps run in their place as C code (no
+    Python frame); a user's profiler still gets its calls. On the CPU the batch is there as
+    its fetch ends, unless a hook of the user's works on it after: then the wait runs to
+    the end of ``batch_to_device``, the hook's work included."""
+    probe, edges = SpeedProbe(warmup=2, sample_system=False), FetchEdges()
+    t = trainer(probe, max_steps=10, profiler=profiler)
+    t.callbacks.append(edges)
+    t.fit(model(step_s=0.0), known_cost_loader(n=400, batch_size=8, sleep_s=0.001))
+    for calls in edges.seen:
+        assert tuple(not hasattr(call, "__code__") for call in calls) == in_c, calls
+    r = probe.result().records
+    hook = 0.002 if model is NormalisedOnTransfer else 0.0
+    assert min(r["data_time"][1:]) >= 0.008 + hook, r["data_time"]  # 8 x 1 ms, and the hook
+    assert lightning_leftovers(t) == {}
+
+
 def test_works_with_pytorch_lightning_imports() -> None:
     import pytorch_lightning as ptl
 

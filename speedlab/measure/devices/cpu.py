@@ -19,6 +19,7 @@ class CpuDevice(Device):
 
     type = "cpu"
     name = "cpu"
+    host_memory = True
 
     def is_available(self) -> bool:
         return True

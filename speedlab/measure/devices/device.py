@@ -45,6 +45,7 @@ class Device(ABC):
     name: str
     asynchronous: bool = False
     pins_memory: bool = False
+    host_memory: bool = False  # computes in the host's memory: a batch needs no copy to it
     counts_flops: bool = True
 
     def __repr__(self) -> str:
