@@ -111,8 +111,8 @@ class StepLog:
         thousand instructions a step under callgrind, against 10.9 thousand a step at a time."""
         r, built, begins, t0 = self.records, self._built, self.begins, self.t0
         begun, moved, start, end, samples = zip(*self.steps[built:n])
-        if self.fetches_inside:
-            origins = list(start)
+        if self.fetches_inside:  # the step moves its batch itself: no stamp says when
+            origins, moved = list(start), start
             ends, before = self.fetch_ends, self.steps[built - 1][0] if built else 0
             fetching = [
                 sum(e - b for b, e in zip(begins[lo:hi], ends[lo:hi]))

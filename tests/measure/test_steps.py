@@ -117,6 +117,7 @@ def test_steps_fed_the_iterator_wait_for_the_fetches_inside_their_training() -> 
     log.fetches_inside = True
     log.begin_epoch(0.5, epoch=0)
     fed_the_iterator(log, [(1.1, 1.4)], 1.0, 1.6)  # waited from the epoch's start, then 0.3
+    log.moved[0] = 2.3  # the step moved its batch itself, through the strategy: not a wait
     fed_the_iterator(log, [(1.8, 1.9), (2.0, 2.2)], 1.7, 2.5)  # two fetches: 0.1 + 0.2
     assert log.open_step() == 1  # a fetch inside the next step must not end it early
     log.validated(0.05)

@@ -81,6 +81,9 @@ def test_on_xla_compile_and_pin_memory_are_disabled_with_the_refusal(
     assert "16-mixed" not in options and "bf16-mixed" not in options
     assert {"bf16-true", "32-true"} <= set(options)
     assert "amp runs as bf16-true" in panel.limits["precision"]["bf16-mixed"]
+    # Lightning trains XLA devices with its XLA strategies only: auto is offered, ddp is not.
+    assert panel.controls["strategy"].options == ("as written", "auto")
+    assert "XLA strategies only" in panel.limits["strategy"]["ddp_notebook"]
     assert not panel.controls["workers"].disabled
     panel._set_running(False, panel.chosen_knobs())  # a run's end enables only what can act
     assert panel.controls["compile"].disabled and not panel.controls["precision"].disabled

@@ -205,8 +205,9 @@ class XlaDevice(Device):
         return XlaTimeline(warmup)
 
     def refusal(self, knob: str, value: Any) -> str | None:
-        """``--compile``, ``--pin-memory on`` and a precision Lightning's XLA precision does not
-        take cannot act on an XLA device: refused."""
+        """``--compile``, ``--pin-memory on``, a precision Lightning's XLA precision does not
+        take and a strategy other than Lightning's XLA ones cannot act on an XLA device:
+        refused."""
         if knob == "precision" and value not in (None, "amp", *XLA_PRECISIONS):
             return (
                 f"--precision {value}: not available on the {self.name}: Lightning's XLA "
@@ -222,6 +223,12 @@ class XlaDevice(Device):
             return (
                 f"--pin-memory on: does not apply on the {self.name}: XLA copies each batch to "
                 "the device itself, not from pinned pages. Run without --pin-memory."
+            )
+        if knob == "strategy" and value not in (None, "auto") and "xla" not in str(value):
+            return (
+                f"--strategy {value}: not available on the {self.name}: Lightning spreads "
+                "training over XLA devices with its XLA strategies only (auto picks xla). "
+                "Run with --strategy auto."
             )
         return None
 

@@ -133,6 +133,16 @@ def test_the_device_is_named_by_the_hardware_xlas_runtime_is_set_to(
     assert XlaDevice().name == name
 
 
+def test_a_strategy_not_lightnings_xla_ones_is_refused() -> None:
+    device = XlaDevice(probe=lambda: True)
+    said = device.refusal("strategy", "ddp_notebook")
+    assert said.startswith("--strategy ddp_notebook: not available on the ")
+    assert said.endswith("Run with --strategy auto.")
+    assert device.refusal("strategy", "fsdp") is not None
+    for allowed in ("auto", "xla", "xla_fsdp", None):
+        assert device.refusal("strategy", allowed) is None
+
+
 def test_a_precision_lightnings_xla_plugin_does_not_take_is_refused_naming_those_it_does() -> None:
     device = XlaDevice(probe=lambda: True)
     said = device.refusal("precision", "16-mixed")
