@@ -96,4 +96,5 @@ def batch_untouched(trainer: Any) -> bool:
 def feeds_iterator(fetcher: Any) -> bool:
     """Whether Lightning's data ``fetcher`` hands the training step the loader's iterator
     (``training_step(self, dataloader_iter)``), so that the step fetches its own batches."""
-    return any(kind.__name__ == "_DataLoaderIterDataFetcher" for kind in type(fetcher).__mro__)
+    kinds = tuple(pkg.loops.fetchers._DataLoaderIterDataFetcher for pkg in lightning_packages())
+    return isinstance(fetcher, kinds)

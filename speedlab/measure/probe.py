@@ -128,7 +128,6 @@ class _SpeedProbeCore:
         log.fetches_inside = inside = feeds_iterator(fetcher)
         moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
         begins = log.begins.append if mark is None else self._begin_marked
-        fetch = "wait" if inside else "fetched"  # the fetch's end in the device's queue
         loaders, every = self._loaders, self.log_every_n_steps
         size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
         after = self._after_step if timeline is not None or self._sync_step else None
@@ -158,8 +157,8 @@ class _SpeedProbeCore:
                 if self._active:
                     if inside:
                         log.fetch_ends.append(_perf())
-                    if mark is not None:
-                        mark(len(steps), fetch)
+                    if marks is not None:
+                        marks.fetch_end()
                 original()
 
             return fetch_ends

@@ -57,6 +57,11 @@ class StepMarks:
         else:
             self.origin()
 
+    def fetch_end(self) -> None:
+        """A fetch ends: the end of that wait, or the moment the loader delivered the batch."""
+        point = "wait" if self._log.fetches_inside else "fetched"
+        self.timeline.mark(len(self._log.steps), point)
+
     def origin(self) -> None:
         """The open step's close and the next one's origin (an epoch's first step has its
         epoch's start for origin)."""
