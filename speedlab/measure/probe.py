@@ -32,6 +32,7 @@ builds the records on reading): no tensor allocation, no ``.item()``, no synchro
 from __future__ import annotations
 
 import itertools
+import operator
 import sys
 import time
 from collections.abc import Mapping
@@ -108,7 +109,7 @@ class _SpeedProbeCore:
         self._loaders: Any = None  # a dict or list of training loaders, if several
         self._workload: dict[str, Any] = {}
         self._losses: list[tuple[int, Any]] = []
-        self._last_loss: Any = None
+        self._trained: list[Any] = [None]  # the outputs of the last step that had any
         self._timeline: Timeline | None = None
         self._marks: StepMarks | None = None
         self._watches = WarmupWatches()
@@ -128,8 +129,11 @@ class _SpeedProbeCore:
         log.fetches_inside = inside = feeds_iterator(fetcher)
         moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
         begins = log.begins.append if mark is None else self._begin_marked
-        loaders, every = self._loaders, self.log_every_n_steps
+        loaders, every, trained = self._loaders, self.log_every_n_steps, self._trained
         size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
+        # A step fed the loader's iterator counts its fetches' samples (StepLog.size_fetches)
+        sized = (lambda _: log.size_fetches(fetcher, size)) if inside else None
+        batch_of = sized or operator.itemgetter("batch")
         after = self._after_step if timeline is not None or self._sync_step else None
         host_clock = mark is None and not inside and not watch_errors  # stamps only
         moved_as_fetched = (  # the batch is on the device as its fetch ends
@@ -156,7 +160,7 @@ class _SpeedProbeCore:
                     ranks.saw(error)
                 if self._active:
                     if inside:
-                        log.fetch_ends.append(_perf())
+                        log.fetch_ended(_perf(), fetcher, size)
                     if marks is not None:
                         marks.fetch_end()
                 original()
@@ -203,12 +207,9 @@ class _SpeedProbeCore:
             return call
 
         def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
-            # A step fed the loader's iterator: the fetcher keeps the last batch it fetched.
-            batch = trainer.fit_loop._data_fetcher._batch if inside else kwargs.get("batch")
-            record((fetched(), moved[0], start, end, size(batch)))
-            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            if loss is not None:
-                self._last_loss = loss
+            record((fetched(), moved[0], start, end, size(batch_of(kwargs))))
+            if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
+                trained[0] = outputs
             if after is not None:
                 after()
             if not len(steps) % every:
@@ -368,8 +369,8 @@ class _SpeedProbeCore:
             self._timeline.mark(len(self._steps.steps), "origin")
 
     def _log(self, trainer: Any, index: int) -> None:
-        if self._last_loss is not None:
-            self._losses.append((index, self._last_loss))
+        if (loss := self._last_loss()) is not None:
+            self._losses.append((index, loss))
         if not trainer.loggers:
             return
         n, workers = self.log_every_n_steps, self._workload.get("loader_workers", 0)
@@ -378,6 +379,11 @@ class _SpeedProbeCore:
         metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
+
+    def _last_loss(self) -> Any:
+        """The loss of the last step that returned outputs (None if it had none)."""
+        outputs = self._trained[0]
+        return outputs.get("loss") if isinstance(outputs, dict) else outputs
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._close_step(_perf())
@@ -421,7 +427,7 @@ class _SpeedProbeCore:
                 f"no steady state to report. Run more than {self.warmup + 1} steps."
             )
         losses = [(step, float(loss)) for step, loss in self._losses]
-        final = float(self._last_loss) if self._last_loss is not None else None
+        final = float(loss) if (loss := self._last_loss()) is not None else None
         return RunResult(
             records=r,
             phases=phases,

@@ -16,13 +16,17 @@ A step fed the loader's iterator (``training_step(self, dataloader_iter)``) fetc
 training and moves the batch itself: with ``fetches_inside``, each fetch's end is stamped too
 (``fetch_ends``), the step's origin is its training's start (its epoch's start for the first),
 its data_time the wait before that plus its fetches, and its batch_time the rest of its
-training (the user's own copy to the device included); the next step's start ends it.
+training (the user's own copy to the device included), its samples those its fetches brought
+(``fetch_samples``, sized as each next fetch or the step ends: the fetcher keeps one batch);
+the next step's start ends it.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from speedlab.results.run import STEP_PHASES, Phase, empty_records
 
@@ -41,6 +45,8 @@ class StepLog:
         self.steps: list[Step] = []
         self.fetches_inside = False  # steps fetch their batches in their training
         self.fetch_ends: list[float] = []  # each fetch's end, where they do
+        self.fetch_samples: list[int] = []  # the samples each of those fetches brought
+        self._handed = 0  # batches the fetcher had handed over this epoch, at the last sizing
         self.records: dict[str, list] = empty_records()
         self._warmup = warmup
         self._compiled = compiled
@@ -60,6 +66,22 @@ class StepLog:
         """An epoch starts: its first step waits for its batch from now."""
         self.close(now)
         self._epochs[len(self.steps)] = (now, epoch)
+        self._handed = 0  # the fetcher counts again from its epoch's start
+
+    def fetch_ended(self, now: float, fetcher: Any, size: Callable[[Any], int]) -> None:
+        """Where steps fetch inside: a fetch ended ``now``, and the one before it is sized."""
+        self.size_fetches(fetcher, size)
+        self.fetch_ends.append(now)
+
+    def size_fetches(self, fetcher: Any, size: Callable[[Any], int]) -> None:
+        """Where steps fetch inside: the samples of the fetch ended since the last call (one at
+        most: the next fetch's end and its step's end call). The fetcher keeps only the batch
+        of its last fetch, and counts the fetches that brought one (an exhausted loader's did
+        not)."""
+        while len(self.fetch_samples) < len(self.fetch_ends):
+            brought = fetcher.fetched > self._handed
+            self._handed = fetcher.fetched
+            self.fetch_samples.append(size(fetcher._batch) if brought else 0)
 
     def held(self) -> bool:
         """Whether the next step is its epoch's first, which waits from the epoch's start."""
@@ -114,10 +136,9 @@ class StepLog:
         if self.fetches_inside:  # the step moves its batch itself: no stamp says when
             origins, moved = list(start), start
             ends, before = self.fetch_ends, self.steps[built - 1][0] if built else 0
-            fetching = [
-                sum(e - b for b, e in zip(begins[lo:hi], ends[lo:hi]))
-                for lo, hi in zip((before, *begun), begun)
-            ]
+            spans = list(zip((before, *begun), begun))
+            fetching = [sum(e - b for b, e in zip(begins[lo:hi], ends[lo:hi])) for lo, hi in spans]
+            samples = [sum(self.fetch_samples[lo:hi]) for lo, hi in spans]
         else:
             origins = [begins[b - 1] if b else t0 for b in begun]
             fetching = [0.0] * (n - built)

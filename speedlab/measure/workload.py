@@ -8,19 +8,20 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+_PAIRS = (list, tuple)
+
 
 def batch_size_of(batch: Any) -> int:
     """Samples in a batch: the leading dimension of its first tensor, depth first (no sync)."""
-    shape = getattr(batch, "shape", None)
-    if shape is None and type(batch) in (list, tuple) and batch:
-        # (inputs, targets) answers here, without the call below: the probe asks every step
+    if type(batch) in _PAIRS and batch:  # (inputs, targets): the probe asks every step
         first = getattr(batch[0], "shape", None)
-        if first is not None and (not len(first) or first[0]):
-            shape = first
+        if first and first[0]:
+            return int(first[0])
+    shape = getattr(batch, "shape", None)
     if shape is not None:
         return int(shape[0]) if len(shape) else 1
     # list and tuple first: the ABCs' checks cost more than the rest of a step's recording
-    if isinstance(batch, (list, tuple)) or (
+    if isinstance(batch, _PAIRS) or (
         isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
     ):
         parts: Any = batch

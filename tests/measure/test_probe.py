@@ -322,6 +322,22 @@ def test_logs_data_and_batch_time_to_the_loggers(tmp_path: Path) -> None:
     assert len(probe.result().losses) == 4
 
 
+def test_the_losses_are_those_of_the_last_step_that_returned_one() -> None:
+    class SkipsOddSteps(KnownCostModel):
+        """Returns the step's index as its loss on even steps; odd steps skip (None)."""
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            return loss * 0 + batch_idx if batch_idx % 2 == 0 else None
+
+    probe = SpeedProbe(log_every_n_steps=3, sample_system=False)
+    trainer(probe, max_steps=10).fit(SkipsOddSteps(step_s=0.0), known_cost_loader(n=200))
+    result = probe.result()
+    # logged at steps 2, 5 and 8: step 5 skipped, so step 4's loss stands there
+    assert result.losses == [(2, 2.0), (5, 4.0), (8, 8.0)]
+    assert result.final_loss == 8.0  # step 9 skipped
+
+
 def test_two_probes_on_one_trainer_both_measure_and_leave_nothing_behind() -> None:
     first, second = SpeedProbe(sample_system=False), SpeedProbe(sample_system=False)
     t = pl.Trainer(callbacks=[first, second], max_steps=12, accelerator="cpu", **QUIET_TRAINER)
@@ -475,6 +491,39 @@ class FedTheIterator(KnownCostModel):
     def training_step(self, dataloader_iter):
         batch, batch_idx, _ = next(dataloader_iter)
         return super().training_step(batch, batch_idx)
+
+
+class FetchesTwo(KnownCostModel):
+    """Fed the loader's iterator, a step fetches two batches, or one where the loader runs out."""
+
+    def training_step(self, dataloader_iter):
+        batch, batch_idx, _ = next(dataloader_iter)
+        second = next(dataloader_iter, None)
+        x, y = batch if second is None else (torch.cat(p) for p in zip(batch, second[0]))
+        return super().training_step((x, y), batch_idx)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """40 samples with no length: the fetch after the last batch finds the loader spent."""
+
+    def __iter__(self):
+        return iter(list(zip(torch.randn(40, 8), torch.randint(0, 2, (40,)))))
+
+
+@pytest.mark.parametrize("dataset", ["sized", "stream"])
+def test_a_step_fed_the_iterator_counts_the_samples_of_each_batch_it_fetched(dataset) -> None:
+    """The fetcher keeps only its last batch: a step fetching two counted the second's samples
+    alone. Five batches of 8 an epoch: steps of 16, 16 and 8 samples, in each of two epochs."""
+    loader = (
+        known_cost_loader(n=40, batch_size=8)
+        if dataset == "sized"
+        else torch.utils.data.DataLoader(Stream(), batch_size=8)
+    )
+    probe = SpeedProbe(warmup=0, sample_system=False)
+    trainer(probe, max_epochs=2).fit(FetchesTwo(step_s=0.0), loader)
+    records = probe.result().records
+    assert records["samples"] == [16, 16, 8] * 2
+    assert records["epoch"] == [0, 0, 0, 1, 1, 1]
 
 
 def test_steps_fed_the_loaders_iterator_wait_for_the_fetches_inside_them() -> None:
