@@ -14,12 +14,15 @@ start, not of a step). Each cycle (one block of each arm) gives a ratio to its o
 
 Even so, one median ratio on the MLP lab is known only to about +-2% (see the A/A arm). So the
 same rotation also runs a zero-cost step (the known-cost model without busy-waiting, on
-tensors in memory: little but Lightning's own per-step work), where each arm's added microseconds stand well
-clear of the noise, with a 95% bootstrap interval of the median. The headline figures are
-that cost (target: at most 10 us a step, and below SimpleProfiler's) and the same over the MLP
+tensors in memory: little but Lightning's own per-step work), where each arm's added
+microseconds are a few percent of the step. Each rotation runs in a process of its own: one
+process's memory layout shifts an arm's step by several microseconds for its whole life (the
+runs' own medians, printed, differ by more than one run's cycles do), so the 95% interval of
+the median resamples the runs and then the cycles within each. The headline figures are that
+cost (target: at most 10 us a step, and below SimpleProfiler's) and the same over the MLP
 lab's bare step (target: SpeedProbe <= 1.02).
 
-    .venv/bin/python benchmarks/probe_overhead.py [--repeats 3] [--cycles 150] [--block 40]
+    .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--cycles 150] [--block 40]
         [--threads N] [--clock wall|cpu]
 """
 
@@ -137,62 +140,49 @@ def run(lab: str, cycles: int, block: int, rng: random.Random, clock: str) -> Ro
 
 
 def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One lab's rotations: its bare step, and per arm its per-cycle ratios and added time."""
+    """One rotation of one lab, in this process: per complete cycle, each arm's median step."""
     torch.set_num_threads(args.threads)
-    rng = random.Random(0)
-    rotations = [run(lab, args.cycles, args.block, rng, args.clock) for _ in range(args.repeats)]
-    cycles = [c for rotation in rotations for c in rotation.cycles()]
-    return {
-        "bare_step": statistics.median(c["bare"] for c in cycles),
-        "cycles": len(cycles),
-        "arms": {
-            arm: {
-                "step": statistics.median(c[arm] for c in cycles),
-                "ratios": [c[arm] / c["bare"] for c in cycles],
-                "added": [c[arm] - c["bare"] for c in cycles],
-            }
-            for arm in ARMS
-        },
-    }
+    rng = random.Random(args.seed)
+    return {"cycles": run(lab, args.cycles, args.block, rng, args.clock).cycles()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--cycles", type=int, default=150)
     parser.add_argument("--block", type=int, default=40)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--clock", choices=CLOCKS, default="wall")
-    parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one lab, as JSON
+    parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one rotation, as JSON
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.lab:
         print(json.dumps(measure(args.lab, args)))
         return
     print(
         f"{args.repeats} runs x {args.cycles} cycles of {args.block}-step blocks per lab, "
-        f"{args.threads} torch thread(s), {args.clock} time a step; each lab in a process of "
-        "its own (one lab's leftover objects slow the next one's steps)"
+        f"{args.threads} torch thread(s), {args.clock} time a step; each run in a process of "
+        "its own (a process's memory layout shifts its arms' step times by several us, so the "
+        "interval is over runs as well as cycles)"
     )
     rng = random.Random(0)
     bare_step, added = {}, {}
     for lab in LABS:
-        out = subprocess.run(
-            [sys.executable, __file__, *sys.argv[1:], "--lab", lab],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        measured = json.loads(out.strip().splitlines()[-1])
-        bare_step[lab] = measured["bare_step"]
-        print(f"{lab}, median step {args.clock} time, {measured['cycles']} complete cycles:")
-        for arm, figures in measured["arms"].items():
-            q1, median, q3 = statistics.quantiles(figures["ratios"], n=4)
-            added[lab, arm] = statistics.median(figures["added"])
-            low, high = (x * 1e6 for x in bootstrap_median(figures["added"], rng))
+        runs = [rotation(lab, seed) for seed in range(args.repeats)]
+        cycles = [c for run_cycles in runs for c in run_cycles]
+        bare_step[lab] = statistics.median(c["bare"] for c in cycles)
+        print(f"{lab}, median step {args.clock} time, {len(cycles)} complete cycles:")
+        for arm in ARMS:
+            q1, median, q3 = statistics.quantiles([c[arm] / c["bare"] for c in cycles], n=4)
+            per_run = [[c[arm] - c["bare"] for c in run_cycles] for run_cycles in runs]
+            added[lab, arm] = statistics.median(x for run_added in per_run for x in run_added)
+            low, high = (x * 1e6 for x in bootstrap_median(per_run, rng))
+            each = " ".join(f"{statistics.median(x) * 1e6:+.0f}" for x in per_run)
             print(
-                f"  {arm:15s} {figures['step'] * 1e3:6.3f} ms   "
+                f"  {arm:15s} {statistics.median(c[arm] for c in cycles) * 1e3:6.3f} ms   "
                 f"ratio to bare {median:.3f} (IQR {q1:.3f}-{q3:.3f})   "
-                f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f})"
+                f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f}; "
+                f"runs {each})"
             )
     mlp, zero = LABS
     print(
@@ -211,9 +201,26 @@ def main() -> None:
     )
 
 
-def bootstrap_median(values: list[float], rng: random.Random) -> tuple[float, float]:
-    """A 95% interval of the median of ``values``, by resampling them 1000 times."""
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(1000))
+def rotation(lab: str, seed: int) -> list[dict[str, float]]:
+    """One rotation of ``lab`` in a fresh process (this script with ``--lab``): its cycles."""
+    out = subprocess.run(
+        [sys.executable, __file__, *sys.argv[1:], "--lab", lab, "--seed", str(seed)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])["cycles"]
+
+
+def bootstrap_median(runs: list[list[float]], rng: random.Random) -> tuple[float, float]:
+    """A 95% interval of the median of all runs' values, by resampling 1000 times the runs and
+    then the values within each drawn run."""
+    medians = sorted(
+        statistics.median(
+            x for run in rng.choices(runs, k=len(runs)) for x in rng.choices(run, k=len(run))
+        )
+        for _ in range(1000)
+    )
     return medians[25], medians[974]
 
 
