@@ -93,6 +93,15 @@ def batch_untouched(trainer: Any) -> bool:
     )
 
 
+def says_last_batch(fetcher: Any) -> bool:
+    """Whether Lightning's data ``fetcher`` is ``done`` from the step that trains its loader's
+    last batch on (the prefetching fetcher of a training loop that does not hand the step the
+    loader's iterator), and not before: sized, it counts its loader's batches; unsized, it
+    fetches ahead."""
+    kinds = tuple(pkg.loops.fetchers._PrefetchDataFetcher for pkg in lightning_packages())
+    return type(fetcher) in kinds
+
+
 def feeds_iterator(fetcher: Any) -> bool:
     """Whether Lightning's data ``fetcher`` hands the training step the loader's iterator
     (``training_step(self, dataloader_iter)``), so that the step fetches its own batches."""

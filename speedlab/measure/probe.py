@@ -17,6 +17,8 @@ takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on th
 - batch_time: the ``run_training_batch`` span; wall: to the next step's start, less validation.
 - A step fed the loader's iterator fetches inside that span: its fetches are its data_time
   (``speedlab.measure.steps``).
+- samples: the loader's batch size where torch's own batching fixes it, the loader's last batch
+  sized as it comes (``workload.full_batch``); elsewhere each batch's (``batch_size_of``).
 
 On an asynchronous device those edges are also marked in the device's queue, and the
 device's own stamps, read a few steps later, replace the host's figures
@@ -47,7 +49,7 @@ from speedlab.measure.steps import StepLog
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
 from speedlab.measure.watches import WarmupWatches
-from speedlab.measure.workload import batch_size_of, samples_of, workload_of
+from speedlab.measure.workload import batch_size_of, full_batch, samples_of, workload_of
 from speedlab.results.run import Phase, RunResult
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
@@ -119,8 +121,7 @@ class _SpeedProbeCore:
     def _attach_taps(self, trainer: Any, device: Device) -> None:
         """Wrap the calls that bound each step on the trainer's loop and strategy. After the fit
         they pass calls on: another probe's wrappers may sit on top, and put them back."""
-        loop = trainer.fit_loop.epoch_loop
-        ranks = self.distributed
+        loop, ranks = trainer.fit_loop.epoch_loop, self.distributed
         watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
         timeline, marks = self._timeline, self._marks
         mark = timeline.mark if timeline is not None else None
@@ -134,6 +135,8 @@ class _SpeedProbeCore:
         # A step fed the loader's iterator counts its fetches' samples (StepLog.size_fetches)
         sized = (lambda _: log.size_fetches(fetcher, size)) if inside else None
         batch_of = sized or operator.itemgetter("batch")
+        # where torch's own batching fixes a batch's samples, the last batch alone is sized
+        full = None if sized or loaders is not None else full_batch(trainer, fetcher)
         after = self._after_step if timeline is not None or self._sync_step else None
         host_clock = mark is None and not inside and not watch_errors  # stamps only
         moved_as_fetched = (  # the batch is on the device as its fetch ends
@@ -207,7 +210,8 @@ class _SpeedProbeCore:
             return call
 
         def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
-            record((fetched(), moved[0], start, end, size(batch_of(kwargs))))
+            samples = full if full and not fetcher.done else size(batch_of(kwargs))
+            record((fetched(), moved[0], start, end, samples))
             if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
                 trained[0] = outputs
             if after is not None:
@@ -308,10 +312,8 @@ class _SpeedProbeCore:
         import torch
 
         self.distributed.one_thread_if_forked(trainer)
-        self._settings = {
-            "precision": str(getattr(trainer, "precision", "")),
-            "matmul": torch.get_float32_matmul_precision(),
-        }
+        precision = str(getattr(trainer, "precision", ""))
+        self._settings = {"precision": precision, "matmul": torch.get_float32_matmul_precision()}
         self.peak = self._peak_before_training(trainer, pl_module)
         self._reset(pl_module)
         if self.sample_system:
@@ -339,8 +341,7 @@ class _SpeedProbeCore:
     def device_busy(self) -> float | None:
         """Seconds the device worked in its traced warm-up step, once traced (for the live
         view's split of a step); None before, or where the device keeps no trace."""
-        busy = self._watches.busy
-        return busy.busy if busy is not None else None
+        return getattr(self._watches.busy, "busy", None)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
@@ -357,8 +358,7 @@ class _SpeedProbeCore:
             self._marks = StepMarks(self._timeline, self._steps)
         self._watches = WarmupWatches(device, self.warmup, self._counted_step(pl_module))
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
-        sync = self.distributed.sync
-        self._sync_step = sync.close_step if sync is not None else None
+        self._sync_step = getattr(self.distributed.sync, "close_step", None)
         self._attach_taps(trainer, device)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:

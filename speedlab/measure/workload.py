@@ -8,6 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from speedlab.measure.compat import batch_untouched, says_last_batch
+
 _PAIRS = (list, tuple)
 
 
@@ -36,6 +38,29 @@ def batch_size_of(batch: Any) -> int:
         if size:
             return size
     return 0
+
+
+def full_batch(trainer: Any, fetcher: Any) -> int | None:
+    """The samples of each batch a fit trains but its loader's last, where torch's own batching
+    fixes them: one training DataLoader of torch's own class over a map-style dataset, batched
+    by torch's BatchSampler (full batches of indices but the last) and collated by
+    ``default_collate`` (a leading row an index), with nothing of the user's between fetch and
+    training (``batch_untouched``), read by Lightning's prefetching ``fetcher``, which is
+    ``done`` as it hands over the last batch. None elsewhere, where each batch is sized: an
+    iterable dataset's workers each end on a short batch, and a loader, sampler or collate of
+    the user's own may batch otherwise."""
+    from torch.utils.data import BatchSampler, DataLoader, IterableDataset, default_collate
+
+    loader = getattr(trainer, "train_dataloader", None)
+    plain = (
+        type(loader) is DataLoader
+        and type(loader.batch_sampler) is BatchSampler
+        and loader.collate_fn is default_collate
+        and not isinstance(loader.dataset, IterableDataset)
+    )
+    if plain and says_last_batch(fetcher) and batch_untouched(trainer):
+        return loader.batch_sampler.batch_size
+    return None
 
 
 def samples_of(batch: Any, loaders: Any) -> int:

@@ -1,13 +1,19 @@
-"""speedlab.measure.workload: the samples in a batch, read from its shape alone."""
+"""speedlab.measure.workload: the samples in a batch, read from its shape or from the loader's
+own batching."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import lightning.pytorch as pl
 import pytest
 import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, default_collate
 
-from speedlab.measure.workload import batch_size_of, samples_of
+from speedlab.labs import KnownCostModel
+from speedlab.measure.probe import SpeedProbe
+from speedlab.measure.workload import batch_size_of, full_batch, samples_of
 
 
 @dataclasses.dataclass
@@ -44,3 +50,91 @@ def test_samples_of_several_loaders_add_up() -> None:
     assert samples_of([pair, other], ["loader a", "loader b"]) == 6
     assert samples_of({"a": pair, "b": None}, loaders) == 4  # mode "max_size": b is done
     assert samples_of(pair, "one loader") == 4
+
+
+class Rows(pl.Callback):
+    """The truth: the rows of each batch a step trains, and the probe's full batch, if any."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.full: Any = "unread"
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.full = full_batch(trainer, trainer.fit_loop._data_fetcher)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, i: int) -> None:
+        self.rows.append(len(batch[1]))
+
+
+class Stream(IterableDataset):
+    """20 samples a worker, with no length: each worker ends on a short batch of its own."""
+
+    def __iter__(self):
+        return iter(list(zip(torch.randn(20, 8), torch.randint(0, 2, (20,)))))
+
+
+class Halved(KnownCostModel):
+    """The module trains half of each batch: the batch changes between fetch and training."""
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        x, y = batch
+        return x[: len(x) // 2], y[: len(y) // 2]
+
+
+def pairs(n: int) -> TensorDataset:
+    return TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
+
+
+def twice(samples: list) -> Any:
+    """A collate of the user's own: two rows a sample."""
+    x, y = default_collate(samples)
+    return torch.cat([x, x]), torch.cat([y, y])
+
+
+@pytest.mark.parametrize(
+    ("loader", "fit", "full", "rows"),
+    [
+        (DataLoader(pairs(20), batch_size=8), {}, 8, [8, 8, 4] * 2),
+        (DataLoader(pairs(20), batch_size=8, drop_last=True), {}, 8, [8, 8] * 2),
+        (DataLoader(pairs(20), batch_size=8, shuffle=True), {}, 8, [8, 8, 4] * 2),
+        (DataLoader(pairs(24), batch_size=8), {}, 8, [8, 8, 8] * 2),
+        (DataLoader(pairs(20), batch_size=8), {"limit_train_batches": 2}, 8, [8, 8] * 2),
+        (DataLoader(pairs(20), batch_size=8), {"model": Halved}, None, [4, 4, 2] * 2),
+        (DataLoader(pairs(20), batch_size=8, collate_fn=twice), {}, None, [16, 16, 8] * 2),
+        (DataLoader(Stream(), batch_size=8), {}, None, [8, 8, 4] * 2),
+        (DataLoader(Stream(), batch_size=8, num_workers=2), {}, None, [8, 8, 8, 8, 4, 4] * 2),
+    ],
+    ids=[
+        "short-last",
+        "drop-last",
+        "shuffled",
+        "even",
+        "limited",
+        "changed-on-transfer",
+        "own-collate",
+        "stream",
+        "stream-workers",
+    ],
+)
+def test_each_step_counts_the_rows_it_trains(
+    loader: DataLoader, fit: dict[str, Any], full: int | None, rows: list[int]
+) -> None:
+    """Where torch's own batching fixes a batch's samples, only the loader's last batch is sized
+    as it comes (the fetcher is done as it hands it over); elsewhere every batch is sized. Either
+    way each step's samples are the rows it trained, the short last batches included."""
+    truth = Rows()
+    probe = SpeedProbe(warmup=0, sample_system=False)
+    model = fit.pop("model", KnownCostModel)(step_s=0.0)
+    pl.Trainer(
+        max_epochs=2,
+        callbacks=[truth, probe],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **fit,
+    ).fit(model, loader)
+    assert truth.full == full
+    assert sorted(truth.rows) == sorted(rows)  # the workers' batches come in either order
+    assert probe.result().records["samples"] == truth.rows
