@@ -136,7 +136,7 @@ class _SpeedProbeCore:
         sized = (lambda _: log.size_fetches(fetcher, size)) if inside else None
         batch_of = sized or operator.itemgetter("batch")
         # where torch's own batching fixes a batch's samples, the last batch alone is sized
-        full = None if sized or loaders is not None else full_batch(trainer, fetcher)
+        full = full_batch(trainer, fetcher)  # None for several loaders or the fed iterator
         after = self._after_step if timeline is not None or self._sync_step else None
         host_clock = mark is None and not inside and not watch_errors  # stamps only
         moved_as_fetched = (  # the batch is on the device as its fetch ends
