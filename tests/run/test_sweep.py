@@ -177,21 +177,29 @@ def test_lightnings_own_deprecation_warnings_are_kept_out_and_the_cells_shown() 
 
 
 class Pausing(KnownCostModel):
-    """KnownCostModel that stops 150 ms in one step, as a garbage collection would."""
+    """KnownCostModel that stops 1.2 s in one step, as a long garbage collection would."""
 
     def training_step(self, batch, batch_idx):
         loss = super().training_step(batch, batch_idx)
         if batch_idx == 30:
-            time.sleep(0.150)
+            time.sleep(1.2)
         return loss
 
 
-def test_a_single_150_ms_pause_is_named_and_decides_no_verdict() -> None:
-    """Two fits of the same cost, one with a 150 ms pause among its steady steps: the pause is
-    left out of the figures and named with its step, and the two are alike."""
+def test_a_single_pause_is_named_and_decides_no_verdict() -> None:
+    """Two fits of the same cost, one with a 1.2 s pause among its steady steps of 0.1 s: the
+    pause is left out of the figures and named with its step, and the two are alike.
+
+    The steps busy-wait 0.1 s so that the two fits can be alike at all: two single fits of a
+    cell differ by Lightning's own work in each step, whose pace drifts between fits on a
+    shared machine (30 bare fits of 5 ms steps here, no speedlab: 0.86x to 1.04x of their
+    median; in one clean-clone CI run two such fits under speedlab were 0.90x apart and called
+    slower). Against 0.1 s steps that drift is under 1% (0.995x to 1.008x in 8 cells), well
+    under the 5% change a verdict needs; a pause must be 10 typical steps long to be one.
+    """
 
     def train() -> None:
-        for model in (KnownCostModel(step_s=0.005), Pausing(step_s=0.005)):
+        for model in (KnownCostModel(step_s=0.1), Pausing(step_s=0.1)):
             trainer = pl.Trainer(max_steps=60, accelerator="cpu", **QUIET_TRAINER)
             trainer.fit(model, DataLoader(KnownCostDataset(2000), batch_size=8))
 
@@ -199,16 +207,13 @@ def test_a_single_150_ms_pause_is_named_and_decides_no_verdict() -> None:
     base, paused = sweep.runs
     require_quiet(base, paused)
     assert [p.step for p in paused.steady.pauses] == [30]
-    assert paused.steady.pauses[0].seconds > 0.150
+    assert paused.steady.pauses[0].seconds > 1.2
     assert any(n.startswith("Paused: step 31 (") for n in paused.notes), paused.notes
-    assert paused.comparison.verdict != "slower"
+    assert paused.comparison.verdict == "within noise", paused.comparison
     [line] = speedlab.verdicts(sweep)
-    assert "slower" not in line
-    # Averaged in, the pause (150 ms over about 55 steps of 9 ms) would take about a quarter off
-    # the run's samples/s. The speedup between two single fits is not compared to 1.0 here:
-    # two fits of the same cell differ by up to 20% on a shared 2-core machine (seen in a
-    # clean-clone CI run: 1.21x; here 834 to 1012 samples/s for four identical fits in one
-    # cell); tests/results/test_steady.py checks the figure itself on records of equal cost.
+    assert "within noise" in line, line
+    # Averaged in, the pause (1.2 s over about 55 steps of 0.1 s) would take about a sixth off
+    # the run's samples/s.
     steady = [i for i, phase in enumerate(paused.records["phase"]) if phase == "steady"]
     walls = sum(paused.records["wall"][i] for i in steady)
     averaged_in = 8 * len(steady) / walls
