@@ -123,13 +123,20 @@ def test_a_watch_counts_only_its_step_and_exits_safely_when_idle() -> None:
 
 
 def test_the_cpu_peak_is_within_a_factor_2_of_a_large_matmul_timed_beside_it() -> None:
+    """The peak's own measurement (a 1024-side matmul, best of 5) and a 2048-side matmul, in
+    turn three times, best of each. ``matmul_peak`` keeps its first reading for the process,
+    which in a test session may have been taken minutes before, on a machine then quieter
+    (seen in a CI run: 268 GFLOP/s kept against 133 timed here; side by side, 232 to 252
+    against 247 to 259), so the test measures it anew beside each timing."""
     threads = torch.get_num_threads()
-    peak = matmul_peak("float32", threads)
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(3))
-    plain = 2 * 2048**3 / best
-    assert plain / 2 < peak < plain * 2, (peak, plain)
+    peaks, plains = [], []
+    for _ in range(3):
+        peaks.append(matmul_peak.__wrapped__("float32", threads))
+        plains.append(2 * 2048**3 / _timed(lambda: a @ b))
+    peak, plain = max(peaks), max(plains)
+    assert plain / 2 < peak < plain * 2, (peaks, plains)
     assert torch.get_float32_matmul_precision() == "highest"  # put back as it was
 
 
