@@ -46,7 +46,8 @@ def full_batch(trainer: Any, fetcher: Any) -> int | None:
     by torch's BatchSampler (full batches of indices but the last) and collated by
     ``default_collate`` (a leading row an index), with nothing of the user's between fetch and
     training (``batch_untouched``), read by Lightning's prefetching ``fetcher``, which is
-    ``done`` as it hands over the last batch. None elsewhere, where each batch is sized: an
+    ``done`` as it hands over the last batch (a loader made anew each epoch comes with a
+    fetcher of its own, and the first stays done: its later epochs are sized). None elsewhere, where each batch is sized: an
     iterable dataset's workers each end on a short batch, and a loader, sampler or collate of
     the user's own may batch otherwise."""
     from torch.utils.data import BatchSampler, DataLoader, IterableDataset, default_collate

@@ -66,6 +66,21 @@ class Rows(pl.Callback):
         self.rows.append(len(batch[1]))
 
 
+def fit_counting(model: pl.LightningModule, loader: Any, **fit) -> tuple[Rows, SpeedProbe]:
+    """Fit ``model`` on ``loader`` (its own where None) under the truth and a probe."""
+    truth, probe = Rows(), SpeedProbe(warmup=0, sample_system=False)
+    pl.Trainer(
+        callbacks=[truth, probe],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **fit,
+    ).fit(model, loader)
+    return truth, probe
+
+
 class Stream(IterableDataset):
     """20 samples a worker, with no length: each worker ends on a short batch of its own."""
 
@@ -122,19 +137,24 @@ def test_each_step_counts_the_rows_it_trains(
     """Where torch's own batching fixes a batch's samples, only the loader's last batch is sized
     as it comes (the fetcher is done as it hands it over); elsewhere every batch is sized. Either
     way each step's samples are the rows it trained, the short last batches included."""
-    truth = Rows()
-    probe = SpeedProbe(warmup=0, sample_system=False)
     model = fit.pop("model", KnownCostModel)(step_s=0.0)
-    pl.Trainer(
-        max_epochs=2,
-        callbacks=[truth, probe],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        **fit,
-    ).fit(model, loader)
+    truth, probe = fit_counting(model, loader, max_epochs=2, **fit)
     assert truth.full == full
     assert sorted(truth.rows) == sorted(rows)  # the workers' batches come in either order
+    assert probe.result().records["samples"] == truth.rows
+
+
+class Reloaded(KnownCostModel):
+    """Its own loader, made anew each epoch with batches half as large as the last epoch's."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(pairs(20), batch_size=8 >> self.trainer.current_epoch)
+
+
+def test_a_loader_made_anew_each_epoch_is_counted_by_its_own_batches() -> None:
+    """With ``reload_dataloaders_every_n_epochs`` Lightning makes a new loader and fetcher each
+    epoch, after the probe read the first: each step still counts the rows it trained."""
+    model = Reloaded(step_s=0.0)
+    truth, probe = fit_counting(model, None, max_epochs=3, reload_dataloaders_every_n_epochs=1)
+    assert truth.rows == [8, 8, 4] + [4] * 5 + [2] * 10
     assert probe.result().records["samples"] == truth.rows
