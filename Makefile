@@ -49,7 +49,7 @@ on-python = @if ! .ci/python-for $(1) >/dev/null; then \
 	fi; $(2)
 
 .PHONY: setup run demo test lint format browser-deps clean test-pythons test-edges venvs setup-xla test-xla \
-	gpu-wheels gpu-check
+	gpu-wheels setup-gpu-box gpu-check
 
 setup: $(STAMP)
 
@@ -117,28 +117,45 @@ test: venvs browser-deps lint
 	$(MAKE) -j2 test-edges test-xla
 
 venvs:
-	$(MAKE) -j4 setup setup-xla $(addprefix edge-venv-,$(EDGE_PYTHONS))
+	$(MAKE) -j4 setup setup-xla setup-gpu-box $(addprefix edge-venv-,$(EDGE_PYTHONS))
 
 # Every GPU figure against a synchronised truth in one command (benchmarks/gpu_check.py), for a
-# lent GPU machine: its Python has torch with CUDA and Lightning; `make gpu-wheels` here puts the
-# few wheels the check needs besides into .gpu-wheels, carried there, and `make gpu-check` there
-# installs them and records the workloads' steps into tests/fixtures/gpu. `make gpu-check
-# SIMULATE=1` runs the same script on the simulated device (make test does), recording into
-# test-artifacts/gpu-simulated, so it cannot rot between lent GPUs.
+# lent GPU machine: its Python has torch with CUDA and Lightning, and nothing else speedlab needs
+# (no Pillow, IPython, ipywidgets or matplotlib). `make gpu-wheels` here puts the wheels the check
+# needs besides into .gpu-wheels, carried there, and `make gpu-check` there installs them and
+# records the workloads' steps into tests/fixtures/gpu. `make gpu-check SIMULATE=1` runs the same
+# script on the simulated device (make test does), recording into test-artifacts/gpu-simulated,
+# in a venv made as that machine's Python is (.gpu-box: torch and Lightning alone) with the
+# wheels installed the same way, so that neither the script nor its needs rot between lent GPUs.
 GPU_PYTHON ?= python3
 GPU_WHEELS ?= .gpu-wheels
-GPU_NEEDS  ?= psutil pytest pytest-timeout nvidia-ml-py
+GPU_NEEDS  ?= psutil pillow pytest pytest-timeout nvidia-ml-py
 GPU_TARGET ?= --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all:
+GPU_BOX    ?= .gpu-box
+GPU_BOX_LIGHTNING ?= lightning==2.6.6
+GPU_INSTALL = $(GPU_PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) $(GPU_NEEDS)
 
-gpu-wheels:
+gpu-wheels: setup
 	$(PY) -m pip download --quiet --dest $(GPU_WHEELS) $(GPU_TARGET) $(GPU_NEEDS)
 
+setup-gpu-box: $(GPU_BOX)/.installed
+
+$(GPU_BOX)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(GPU_BOX)
+	$(GPU_BOX)/bin/python -m pip install --quiet --upgrade pip
+	$(GPU_BOX)/bin/python -m pip install --quiet $(TORCH_PIP) "$(GPU_BOX_LIGHTNING)"
+	touch $@
+
 ifdef SIMULATE
-gpu-check: setup
-	$(PY) benchmarks/gpu_check.py --simulate --record test-artifacts/gpu-simulated
+gpu-check: GPU_PYTHON = $(GPU_BOX)/bin/python
+gpu-check: GPU_WHEELS = $(GPU_BOX)/wheels
+gpu-check: GPU_TARGET = --only-binary=:all:
+gpu-check: setup-gpu-box gpu-wheels
+	$(GPU_INSTALL)
+	$(GPU_PYTHON) benchmarks/gpu_check.py --simulate --record test-artifacts/gpu-simulated
 else
 gpu-check:
-	$(GPU_PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) $(GPU_NEEDS)
+	$(GPU_INSTALL)
 	$(GPU_PYTHON) benchmarks/gpu_check.py --record tests/fixtures/gpu
 endif
 
@@ -197,4 +214,4 @@ test-edge-%:
 test-edges: $(addprefix test-edge-,$(EDGE_PYTHONS))
 
 clean:
-	rm -rf $(VENV) .venv-3.* .edge-3.* $(XLA_VENV) .pytest_cache .ruff_cache .speedlab
+	rm -rf $(VENV) .venv-3.* .edge-3.* $(XLA_VENV) $(GPU_BOX) .pytest_cache .ruff_cache .speedlab

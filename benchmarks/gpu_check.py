@@ -21,7 +21,7 @@ On a lent GPU (16 cores, an H100) in at most 6 minutes, or on the simulated asyn
 It ends with one line per acceptance figure, PASS or FAIL with the number, and exits 1 if any
 fails. On the simulated device the probe's cost and the workers sweep are printed (INFO), not
 judged: their targets are a GPU box's; samples/s are held to 5% there (its thread stamps events
-late, see ``Simulated``), and the pytest lines are skipped.
+late, see ``Simulated``), and the pytest lines only collect their tests.
 
     python benchmarks/gpu_check.py [--simulate] [--record DIR]
 """
@@ -456,8 +456,9 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     """The probe's and SimpleProfiler's added seconds a step on 2 ms device steps: each arm's
     slope over two fit lengths (the fixed set-up cost drops out), less bare Lightning's."""
     two_ms = Workload("two_ms", work_s=0.002)
-    # On the simulated device the figure is not judged: one short round shows the code runs.
-    lengths, rounds = ((20, 60), 1) if backend.simulated else ((40, 200), 3)
+    # A fit's fixed costs vary by milliseconds, which over 400 steps is a few microseconds a
+    # step. On the simulated device the figure is not judged: one short round shows the code runs.
+    lengths, rounds = ((20, 60), 1) if backend.simulated else ((40, 440), 5)
 
     def slope(arm: str) -> float:
         seconds = []
@@ -475,13 +476,15 @@ def check_probe_cost(backend: Backend) -> list[Line]:
         return (seconds[1] - seconds[0]) / (lengths[1] - lengths[0])
 
     slopes = {arm: [] for arm in ("bare", "speedprobe", "simpleprofiler")}
+    for arm in slopes:  # untimed: what a process does once (a probe's peak FLOP/s, CUPTI)
+        slope(arm)
     for _ in range(rounds):  # interleaved: the machine's drift falls on every arm alike
         for arm, found in slopes.items():
             found.append(slope(arm))
     bare = statistics.median(slopes["bare"])
     probe = (statistics.median(slopes["speedprobe"]) - bare) * 1e6
     simple = (statistics.median(slopes["simpleprofiler"]) - bare) * 1e6
-    figure = f"SpeedProbe +{probe:.1f} us a step, SimpleProfiler +{simple:.1f} us"
+    figure = f"SpeedProbe {probe:+.1f} us a step, SimpleProfiler {simple:+.1f} us"
     judged = None if backend.simulated else probe <= PROBE_COST_US and probe < simple
     return [
         Line(
@@ -492,13 +495,16 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     ]
 
 
-def check_pytest() -> list[Line]:
-    """``pytest -m gpu`` and the rank tests, on this machine's cores."""
+def check_pytest(collect_only: bool) -> list[Line]:
+    """``pytest -m gpu`` and the rank tests, on this machine's cores; ``collect_only``: only
+    collected, which imports every module they need on this Python (the simulated run's)."""
     lines = []
     for name, args in (
         ("pytest -m gpu", ["-m", "gpu", "tests/measure"]),  # where the gpu tests are
         ("rank tests", ["tests/measure/test_ranks.py", "tests/measure/test_ranks_exit.py"]),
     ):
+        if collect_only:
+            name, args = f"{name} (collected)", ["--collect-only", *args]
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
             cwd=REPO,
@@ -540,8 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             print(lines[-1], flush=True)
         lines += check_probe_cost(backend)
         print(lines[-1], flush=True)
-    if not args.simulate:
-        lines += check_pytest()
+    lines += check_pytest(collect_only=args.simulate)
     print(f"\n--- gpu-check: {time.perf_counter() - started:.0f} s on {platform.node()} ---")
     print("\n".join(map(str, lines)))
     return 1 if any(line.ok is False for line in lines) else 0
