@@ -120,20 +120,25 @@ venvs:
 	$(MAKE) -j4 setup setup-xla setup-gpu-box $(addprefix edge-venv-,$(EDGE_PYTHONS))
 
 # Every GPU figure against a synchronised truth in one command (benchmarks/gpu_check.py), for a
-# lent GPU machine: its Python has torch with CUDA and Lightning, and nothing else speedlab needs
-# (no Pillow, IPython, ipywidgets or matplotlib). `make gpu-wheels` here puts the wheels the check
-# needs besides into .gpu-wheels, carried there, and `make gpu-check` there installs them and
-# records the workloads' steps into tests/fixtures/gpu. `make gpu-check SIMULATE=1` runs the same
-# script on the simulated device (make test does), recording into test-artifacts/gpu-simulated,
-# in a venv made as that machine's Python is (.gpu-box: torch and Lightning alone) with the
-# wheels installed the same way, so that neither the script nor its needs rot between lent GPUs.
+# lent GPU machine: its Python has torch with CUDA and Lightning, and no IPython or ipywidgets
+# (the rank tests load the extension in a shell). `make gpu-wheels` here puts the wheels the
+# check needs besides, with theirs, into .gpu-wheels, carried there; `make gpu-check` there
+# installs them into a folder of their own (that Python's may not be writable) put on PYTHONPATH
+# with this repository, and records the workloads' steps into tests/fixtures/gpu. `make
+# gpu-check SIMULATE=1` runs the same script on the simulated device (make test does),
+# recording into test-artifacts/gpu-simulated, in a venv made as that machine's Python is
+# (.gpu-box: torch and Lightning alone) with the wheels installed the same way, so that neither
+# the script nor its needs rot between lent GPUs.
 GPU_PYTHON ?= python3
 GPU_WHEELS ?= .gpu-wheels
-GPU_NEEDS  ?= psutil pillow pytest pytest-timeout nvidia-ml-py
+GPU_SITE   ?= /tmp/speedlab-gpu-site
+GPU_NEEDS  ?= psutil pillow pytest pytest-timeout nvidia-ml-py ipython ipywidgets
 GPU_TARGET ?= --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all:
 GPU_BOX    ?= .gpu-box
 GPU_BOX_LIGHTNING ?= lightning==2.6.6
-GPU_INSTALL = $(GPU_PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) $(GPU_NEEDS)
+GPU_CHECK   = $(GPU_PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) \
+		--upgrade --target $(GPU_SITE) $(GPU_NEEDS) && \
+	PYTHONPATH=$(GPU_SITE):$(CURDIR) $(GPU_PYTHON) benchmarks/gpu_check.py
 
 gpu-wheels: setup
 	$(PY) -m pip download --quiet --dest $(GPU_WHEELS) $(GPU_TARGET) $(GPU_NEEDS)
@@ -149,14 +154,13 @@ $(GPU_BOX)/.installed: pyproject.toml
 ifdef SIMULATE
 gpu-check: GPU_PYTHON = $(GPU_BOX)/bin/python
 gpu-check: GPU_WHEELS = $(GPU_BOX)/wheels
+gpu-check: GPU_SITE = $(CURDIR)/$(GPU_BOX)/site
 gpu-check: GPU_TARGET = --only-binary=:all:
 gpu-check: setup-gpu-box gpu-wheels
-	$(GPU_INSTALL)
-	$(GPU_PYTHON) benchmarks/gpu_check.py --simulate --record test-artifacts/gpu-simulated
+	$(GPU_CHECK) --simulate --record test-artifacts/gpu-simulated
 else
 gpu-check:
-	$(GPU_INSTALL)
-	$(GPU_PYTHON) benchmarks/gpu_check.py --record tests/fixtures/gpu
+	$(GPU_CHECK) --record tests/fixtures/gpu
 endif
 
 # XLA on its CPU runtime (tests/xla): torch-xla 2.9.0 needs torch 2.9.0, in a venv of its own
