@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import csv
+import gc
 import statistics
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+import speedlab.measure
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.probe import SpeedProbe
 from speedlab.measure.workload import loader_facts
@@ -305,6 +308,68 @@ def test_fetch_edges_lightning_does_nothing_at_are_stamped_in_c(profiler, model,
     hook = 0.002 if model is NormalisedOnTransfer else 0.0
     assert min(r["data_time"][1:]) >= 0.008 + hook, r["data_time"]  # 8 x 1 ms, and the hook
     assert lightning_leftovers(t) == {}
+
+
+class StepCalls(pl.Callback):
+    """Counts the calls the training thread makes in steps ``start`` to ``stop``: Python
+    functions by (file, name), and the C functions the probe's frames call, by name. The
+    garbage collector waits meanwhile: what it would run (finalizers) comes when it comes."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.python: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.from_probe: collections.Counter[str] = collections.Counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == self.start:
+            gc.disable()
+            sys.setprofile(self._count)
+        elif batch_idx == self.stop:
+            self.done()
+
+    def done(self) -> None:
+        sys.setprofile(None)
+        gc.enable()
+
+    def _count(self, frame, event, arg) -> None:
+        code = frame.f_code
+        if event == "call":
+            self.python[code.co_filename, code.co_name] += 1
+        elif event == "c_call" and PROBE in code.co_filename:
+            self.from_probe[arg.__name__] += 1
+
+
+PROBE = str(Path(speedlab.measure.__file__).parent)  # the lab's model and data are not its
+
+
+def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
+    """The training path only stamps the clock and appends the step: per steady step on the
+    CPU, the probe's own Python is its wrapper of the training call and the recording (the
+    fetch's edges are C stamps), which replace the four frames of Lightning's profiler calls
+    there; it calls into C for the clock, the append and a length alone. Counted, not timed: a
+    count no noisy machine moves."""
+    window = range(20, 120)
+    counts = {}
+    for arm in ("bare", "probe"):
+        calls = StepCalls(window.start, window.stop)
+        probe = SpeedProbe(log_every_n_steps=1000, sample_system=False)
+        callbacks = [calls, probe] if arm == "probe" else [calls]
+        t = pl.Trainer(callbacks=callbacks, max_steps=130, accelerator="cpu", **QUIET_TRAINER)
+        try:
+            t.fit(KnownCostModel(step_s=0.0), known_cost_loader(n=8 * 130, batch_size=8))
+        finally:
+            calls.done()
+        counts[arm] = calls
+    steps = len(window)
+    ours = {name: n for (file, name), n in counts["probe"].python.items() if PROBE in file}
+    assert ours == {"trains": steps, "recorded": steps}
+    assert counts["probe"].from_probe == {
+        "perf_counter": 2 * steps,
+        "append": steps,
+        "len": steps,
+    }
+    bare, probed = (sum(counts[arm].python.values()) for arm in ("bare", "probe"))
+    assert probed <= bare - 2 * steps, (bare / steps, probed / steps)
 
 
 def test_works_with_pytorch_lightning_imports() -> None:
