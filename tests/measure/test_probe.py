@@ -71,16 +71,21 @@ def loader_batch_cost(num_workers: int = 0, **loader_kw) -> float:
 T = TypeVar("T")
 
 
-def cost_around(fit: Callable[[], T], **loader_kw) -> tuple[T, float, float]:
-    """What ``fit`` returns, with the loader's batch cost (``loader_batch_cost``) read before
-    and after it: their mean, the known answer, and their difference (the drift), by which the
-    machine's failure to repeat it widens the bound. One reading of 20 batches can catch a
-    stall: in the project's CI one read 20.8 ms where the fit read 18.4 (a quiet machine here:
-    17.2 to 17.6 for both, before and after alike)."""
-    before = loader_batch_cost(**loader_kw)
+def around(fit: Callable[[], T], truth: Callable[[], float]) -> tuple[T, float, float]:
+    """What ``fit`` returns, with ``truth()`` read before and after it: their mean, the known
+    answer, and their difference (the drift), by which the machine's failure to repeat it
+    widens the bound. One reading can catch a stall or a slower spell: in the project's CI a
+    loader's cost read 20.8 ms where the fit read 18.4 (a quiet machine here: 17.2 to 17.6 for
+    both, before and after alike)."""
+    before = truth()
     done = fit()
-    after = loader_batch_cost(**loader_kw)
+    after = truth()
     return done, (before + after) / 2, abs(after - before)
+
+
+def cost_around(fit: Callable[[], T], **loader_kw) -> tuple[T, float, float]:
+    """``around`` the fit, the truth the loader's batch cost (``loader_batch_cost``)."""
+    return around(fit, lambda: loader_batch_cost(**loader_kw))
 
 
 def two_ms_samples(model: pl.LightningModule, steps: int) -> SpeedProbe:
@@ -91,22 +96,33 @@ def two_ms_samples(model: pl.LightningModule, steps: int) -> SpeedProbe:
     return probe
 
 
-def test_known_answer_without_workers() -> None:
-    probe, truth, drift = cost_around(  # 8 x 2 ms, and what collating really costs
-        lambda: two_ms_samples(KnownCostModel(step_s=0.010), steps=40), sleep_s=0.002
+def bare_step_after_sleeps() -> float:
+    """batch_time of the zero-cost step fed 8 samples a batch of 2 ms each: what a step costs
+    beside its busy-waiting, after the same loader (a step right after sleeping in the loader
+    runs on a colder CPU: 2.1 to 6.2 ms here, two fits in a row differing by up to 1.4)."""
+    bare = SpeedProbe(warmup=5, sample_system=False)
+    trainer(bare, max_steps=30).fit(
+        KnownCostModel(step_s=0.0), known_cost_loader(n=400, batch_size=8, sleep_s=0.002)
     )
+    return bare.result().batch_time
+
+
+def test_known_answer_without_workers() -> None:
+    def fit() -> tuple[SpeedProbe, float, float]:  # 8 x 2 ms, and what collating really costs
+        return cost_around(
+            lambda: two_ms_samples(KnownCostModel(step_s=0.010), steps=40), sleep_s=0.002
+        )
+
+    # The truth of a step: 10 ms of busy-waiting plus the bare step's cost, read around the fit
+    # as the loader's is (in the project's CI one reading after it left the fit 2.2 ms above).
+    (probe, truth, drift), bare, bare_drift = around(fit, bare_step_after_sleeps)
     result = probe.result()
     skip_if_shared(result)
     assert 0.016 <= truth < 0.016 * 1.35  # waking from each sleep costs a little too
     assert result.steps == 40
     assert close_to(result.data_time, truth, drift), (result.data_time, truth, drift)
-    # The truth of a step: 10 ms of busy-waiting plus what the same step costs without it,
-    # after the same loader (a step right after sleeping in the loader runs on a colder CPU).
-    bare = SpeedProbe(warmup=5, sample_system=False)
-    trainer(bare, max_steps=30).fit(
-        KnownCostModel(step_s=0.0), known_cost_loader(n=400, batch_size=8, sleep_s=0.002)
-    )
-    assert close_to(result.batch_time, 0.010 + bare.result().batch_time), result.batch_time
+    step = (result.batch_time, 0.010 + bare, bare_drift)
+    assert close_to(*step), step
     assert result.samples == 40 * 8
     assert result.samples_per_s == pytest.approx(8 / result.step_time, rel=0.15)
 
