@@ -96,26 +96,21 @@ def two_ms_samples(model: pl.LightningModule, steps: int) -> SpeedProbe:
     return probe
 
 
-def bare_step_after_sleeps() -> float:
-    """batch_time of the zero-cost step fed 8 samples a batch of 2 ms each: what a step costs
-    beside its busy-waiting, after the same loader (a step right after sleeping in the loader
-    runs on a colder CPU: 2.1 to 6.2 ms here, two fits in a row differing by up to 1.4)."""
-    bare = SpeedProbe(warmup=5, sample_system=False)
-    trainer(bare, max_steps=30).fit(
-        KnownCostModel(step_s=0.0), known_cost_loader(n=400, batch_size=8, sleep_s=0.002)
-    )
-    return bare.result().batch_time
-
-
 def test_known_answer_without_workers() -> None:
     def fit() -> tuple[SpeedProbe, float, float]:  # 8 x 2 ms, and what collating really costs
         return cost_around(
             lambda: two_ms_samples(KnownCostModel(step_s=0.010), steps=40), sleep_s=0.002
         )
 
+    def bare_step() -> float:
+        """batch_time of the zero-cost step after the same loader: what a step costs beside its
+        busy-waiting (a step right after sleeping in the loader runs on a colder CPU: 2.1 to
+        6.2 ms here, two fits in a row differing by up to 1.4)."""
+        return two_ms_samples(KnownCostModel(step_s=0.0), steps=30).result().batch_time
+
     # The truth of a step: 10 ms of busy-waiting plus the bare step's cost, read around the fit
     # as the loader's is (in the project's CI one reading after it left the fit 2.2 ms above).
-    (probe, truth, drift), bare, bare_drift = around(fit, bare_step_after_sleeps)
+    (probe, truth, drift), bare, bare_drift = around(fit, bare_step)
     result = probe.result()
     skip_if_shared(result)
     assert 0.016 <= truth < 0.016 * 1.35  # waking from each sleep costs a little too
@@ -326,6 +321,9 @@ def test_fetch_edges_lightning_does_nothing_at_are_stamped_in_c(profiler, model,
     assert lightning_leftovers(t) == {}
 
 
+PROBE = str(Path(speedlab.measure.__file__).parent)  # the lab's model and data are not its
+
+
 class StepCalls(pl.Callback):
     """Counts the calls the training thread makes in steps ``start`` to ``stop``: Python
     functions by (file, name), and the C functions the probe's frames call, by name. The
@@ -353,9 +351,6 @@ class StepCalls(pl.Callback):
             self.python[code.co_filename, code.co_name] += 1
         elif event == "c_call" and PROBE in code.co_filename:
             self.from_probe[arg.__name__] += 1
-
-
-PROBE = str(Path(speedlab.measure.__file__).parent)  # the lab's model and data are not its
 
 
 def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
