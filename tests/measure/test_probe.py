@@ -104,8 +104,9 @@ def test_known_answer_without_workers() -> None:
 
     def bare_step() -> float:
         """batch_time of the zero-cost step after the same loader: what a step costs beside its
-        busy-waiting (a step right after sleeping in the loader runs on a colder CPU: 2.1 to
-        6.2 ms here, two fits in a row differing by up to 1.4)."""
+        busy-waiting (a step right after sleeping in the loader runs on a colder CPU: 2.7 to
+        2.9 ms here under this probe; 2.1 to 6.2 over eight fits under one without its sampler,
+        two in a row differing by up to 1.4)."""
         return two_ms_samples(KnownCostModel(step_s=0.0), steps=30).result().batch_time
 
     # The truth of a step: 10 ms of busy-waiting plus the bare step's cost, read around the fit
