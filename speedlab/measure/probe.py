@@ -426,14 +426,14 @@ class _SpeedProbeCore:
                 f"Only {len(r['data_time'])} steps ran, all warm-up or start-up: "
                 f"no steady state to report. Run more than {self.warmup + 1} steps."
             )
-        losses = [(step, float(loss)) for step, loss in self._losses]
         final = float(loss) if (loss := self._last_loss()) is not None else None
+        sampler = self.sampler  # its CPU figures over the steady steps, as every step figure
         return RunResult(
             records=r,
             phases=phases,
-            system=self.sampler.summary() if self.sampler is not None else SystemSummary(),
+            system=sampler.summary(self._steps.steady_start()) if sampler else SystemSummary(),
             final_loss=final,
-            losses=losses,
+            losses=[(step, float(loss)) for step, loss in self._losses],
             notes=notes,
             wall_time=_perf() - self._t0,
             device=getattr(self, "device", "cpu"),

@@ -121,6 +121,12 @@ class StepLog:
             self._close_walls(n)
             return self.records
 
+    def steady_start(self) -> float | None:
+        """When the first steady step began (``time.perf_counter``); None before one."""
+        records = self.flush()
+        first = next((i for i, p in enumerate(records["phase"]) if p == Phase.steady), None)
+        return None if first is None else self.t0 + records["t"][first]
+
     def phase_walls(self) -> dict[str, float]:
         """Seconds of wall in each phase a step can be in."""
         walls, records = dict.fromkeys(STEP_PHASES, 0.0), self.flush()

@@ -132,10 +132,13 @@ class SystemSampler:
         with self._lock:
             return self._samples[-1] if self._samples else None
 
-    def summary(self) -> SystemSummary:
-        """Summary of the samples so far; after `stop()` it covers the whole run."""
+    def summary(self, since: float | None = None) -> SystemSummary:
+        """Summary of the samples so far; after `stop()` it covers the whole run. ``since``
+        (a ``time.perf_counter()``): its CPU figures cover only the time from then on, where
+        samples were taken in it (``summarize``)."""
         quota = self._reader.quota if self._reader is not None else None
-        return summarize(self.samples, psutil.cpu_count() or 1, quota.cores if quota else None)
+        cores = psutil.cpu_count() or 1
+        return summarize(self.samples, cores, quota.cores if quota else None, since)
 
     def _add(self, sample: SystemSample) -> None:
         with self._lock:
@@ -151,11 +154,20 @@ class SystemSampler:
 
 
 def summarize(
-    samples: list[SystemSample], cores: int, quota_cores: float | None = None
+    samples: list[SystemSample],
+    cores: int,
+    quota_cores: float | None = None,
+    since: float | None = None,
 ) -> SystemSummary:
-    """Summarise samples: CPU means weighted by interval length, memory as peaks.
-    ``quota_cores``: the cgroup's CPU quota the samples were taken under, if any."""
-    timed = [(b.t - a.t, b) for a, b in pairwise(samples) if b.cpu_percent is not None]
+    """Summarise samples: CPU means weighted by interval length, the GPU's use as a mean,
+    memory as peaks. ``quota_cores``: the cgroup's CPU quota the samples were taken under, if
+    any. ``since``: the means cover only the intervals that start then or later, where there
+    are any (a fit's steady steps: a one-time cost of its warm-up, such as a full garbage
+    collection of 0.3 s, is in no step's figure and must not be in its CPU); the peaks cover
+    every sample."""
+    measured = [(a, b) for a, b in pairwise(samples) if b.cpu_percent is not None]
+    later = [(a, b) for a, b in measured if since is None or a.t >= since]
+    timed = [(b.t - a.t, b) for a, b in later or measured]
     span = sum(dt for dt, _ in timed)
 
     def weighted(get: Callable[[SystemSample], float]) -> float:
@@ -163,7 +175,8 @@ def summarize(
 
     n_cores = min((len(s.cpu_percent_per_core or []) for _, s in timed), default=0)
     has_iowait = bool(timed) and all(s.iowait_percent is not None for _, s in timed)
-    gpu_utils = [s.gpu_util_percent for s in samples if s.gpu_util_percent is not None]
+    window = [b for _, b in timed] or samples
+    gpu_utils = [s.gpu_util_percent for s in window if s.gpu_util_percent is not None]
     gpu_mems = [s.gpu_mem_bytes for s in samples if s.gpu_mem_bytes is not None]
     shms = [s.shm_used_bytes for s in samples if s.shm_used_bytes is not None]
     threads = [s.torch_threads for s in samples if s.torch_threads is not None]

@@ -237,6 +237,24 @@ def test_the_training_threads_own_cpu_is_measured(busy: bool) -> None:
         assert process_s - thread_s > 0.2
 
 
+def test_cpu_figures_since_a_moment_leave_out_the_time_before_it() -> None:
+    """A thread spins 0.6 s, then sleeps 0.8 s: its CPU since the sleep began is the sleep's;
+    the peaks still cover every sample, and a moment after the last sample means all of them."""
+    with SystemSampler() as sampler:
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            pass
+        since = time.perf_counter()
+        time.sleep(0.8)
+    whole, after = sampler.summary(), sampler.summary(since)
+    if whole.train_thread_cpu_percent is None:
+        pytest.skip("the OS does not report a thread's CPU time")
+    assert whole.train_thread_cpu_percent > 30 and after.train_thread_cpu_percent < 10
+    assert after.main_cpu_percent < 10 < whole.main_cpu_percent
+    assert (after.peak_rss_bytes, after.samples) == (whole.peak_rss_bytes, whole.samples)
+    assert sampler.summary(time.perf_counter()) == whole
+
+
 def test_samples_arrive_at_about_4_hz() -> None:
     with SystemSampler() as sampler:
         time.sleep(1.0)
