@@ -14,9 +14,11 @@ run had. A knob changes some of those parts, and the step is computed again from
   Where that contention may or may not come, the prediction is a range.
 
 Workers change ``w``; ``--preload ram`` takes reading and decoding out of ``making`` (what
-stays, the augmentation and collation, is at most its busy part), ``shm`` takes the storage
-wait out; ``--batch-size`` scales the loading per sample and the compute somewhere between per
-sample and per step. A knob that cannot act here (pinned memory without a GPU, a matmul level
+stays, the augmentation and collation, is at most its busy part; where the dataset has no
+load/transform split its whole samples are cached, and only the collation stays; of tensors in
+memory, only the indexing of each row leaves), ``shm`` takes the storage wait out;
+``--batch-size`` scales the loading per sample and the compute somewhere between per sample
+and per step. A knob that cannot act here (pinned memory without a GPU, a matmul level
 this hardware ignores, persistent workers in the steady steps) predicts 1.0x. Where the split
 cannot say what a knob does (compile, precision, more devices, Trainer arguments), there is no
 number, and the reason says why.
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
-from speedlab.analysis.data import loader_busy
+from speedlab.analysis.data import IN_MEMORY_DATASETS, loader_busy
 from speedlab.analysis.findings import batch_size, device_name, differs, torch_threads
 from speedlab.measure.devices import device_for
 from speedlab.results.findings import Finding
@@ -192,18 +194,13 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
                 )
             inert.append(said.rstrip("."))
         elif knob == "preload" and value in ("ram", "shm") and _off(base.ran.get("preload")):
-            kept = split.making * split.busy
+            reason, stays = _preload(base, value, split)
             low, point, high = _spread(
-                (low, point, high), lambda s, share: replace(s, making=s.making * s.busy * share)
+                (low, point, high),
+                lambda s, share: replace(s, making=s.making * s.busy * share),
+                point=stays,
             )
-            gone = "reading and decoding" if value == "ram" else "the storage wait"
-            stays = (
-                "augmentation, collation" if value == "ram" else "decoding, the storage's own CPU"
-            )
-            reasons.append(
-                f"preload={value} takes {gone} out of the {fmt_ms(split.making)} it takes to "
-                f"make a batch; at most its busy part ({fmt_ms(kept)}: {stays}) stays"
-            )
+            reasons.append(reason)
         elif knob == "batch_size":
             low, point, high = _spread(
                 (low, point, high), lambda s, share, size=value: _batch(s, size, share)
@@ -252,12 +249,39 @@ def predict(base: RunResult, knobs: Knobs) -> Prediction:
 
 
 def _spread(
-    splits: tuple[Split, Split, Split], change: Callable[[Split, float], Split]
+    splits: tuple[Split, Split, Split],
+    change: Callable[[Split, float], Split],
+    point: float = 0.5,
 ) -> tuple[Split, Split, Split]:
     """The (low, point, high) splits with a knob's ``change``, which keeps all of its cost on
-    the low end, half of it at the point and none on the high end (``share`` 1.0, 0.5, 0.0)."""
-    low, point, high = splits
-    return change(low, 1.0), change(point, 0.5), change(high, 0.0)
+    the low end, ``point`` of it (half unless said) at the point and none on the high end."""
+    low, middle, high = splits
+    return change(low, 1.0), change(middle, point), change(high, 0.0)
+
+
+def _preload(base: RunResult, value: str, split: Split) -> tuple[str, float]:
+    """What ``--preload value`` takes out of making a batch and what may stay; and the share of
+    the loader's busy part that stays at the point (``_spread``)."""
+    making, kept = fmt_ms(split.making), fmt_ms(split.making * split.busy)
+    dataset = base.workload.get("dataset")
+    if value == "ram" and base.workload.get("ram_cache") == "items":
+        if dataset in IN_MEMORY_DATASETS:
+            return (
+                f"preload=ram caches the rows of {dataset}, tensors in memory already: only "
+                f"indexing each row leaves the {making} it takes to make a batch; collation "
+                f"stays, at most its busy part ({kept})"
+            ), 0.5
+        return (
+            f"preload=ram caches whole samples ({dataset} has no load/transform split): "
+            f"reading, decoding and any augmentation leave the {making} it takes to make a "
+            f"batch; only collation stays, at most its busy part ({kept}) and likely little of it"
+        ), 0.0
+    gone = "reading and decoding" if value == "ram" else "the storage wait"
+    stays = "augmentation, collation" if value == "ram" else "decoding, the storage's own CPU"
+    return (
+        f"preload={value} takes {gone} out of the {making} it takes to make a batch; at most "
+        f"its busy part ({kept}: {stays}) stays"
+    ), 0.5
 
 
 def _on(value: object) -> str:

@@ -247,8 +247,9 @@ KNOBS: dict[str, KnobSpec] = {
             ("off", "ram", "shm"),
             predicts=(
                 "ram: the step without reading and decoding, at most the loader's busy part "
-                "(augmentation, collation) left, a range; shm: the step without the storage wait, "
-                "decoding left"
+                "(augmentation, collation) left, a range; a dataset without a load/transform "
+                "split is cached whole, and only collation is left; shm: the step without the "
+                "storage wait, decoding left"
             ),
         ),
         KnobSpec(

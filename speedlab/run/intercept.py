@@ -38,7 +38,7 @@ from speedlab.run.loaders import (
     shutdown_loader,
 )
 from speedlab.run.precision import resolve_precision, trainer_device
-from speedlab.run.preload import Preloaded, preload
+from speedlab.run.preload import Preloaded, preload, ram_cache
 from speedlab.run.stopping import PlannedStop, time_is_up
 
 
@@ -95,9 +95,10 @@ class FitRecord:
         return getattr(getattr(self.trainer, "train_dataloader", None), "dataset", None)
 
     def workload(self) -> dict[str, Any]:
-        """What was trained: the model's class and size, how many training samples it had, the
-        fingerprint of its data (where the run reads it) and, when compiled, whether inductor's
-        cache was cold or warm.
+        """What was trained: the model's class and size, how many training samples it had and
+        what ``--preload ram`` would cache of them (``preload.ram_cache``), the fingerprint of its
+        data (where the run reads it) and, when compiled, whether inductor's cache was cold or
+        warm.
 
         ``notebook_class``: a class defined in the notebook that the workers could not import
         (``NotebookClass.fact()``): forked for, or why the fit was refused.
@@ -114,6 +115,7 @@ class FitRecord:
         if dataset is not None and hasattr(dataset, "__len__"):
             out["dataset"] = type(dataset).__qualname__
             out["dataset_len"] = len(dataset)
+            out["ram_cache"] = ram_cache(dataset)
         if self.data is not None:
             out["data"] = self.data
         refused = self.exception if isinstance(self.exception, NotebookClassError) else None

@@ -90,8 +90,25 @@ class Preloaded:
             self.cleanup_dir = None
 
 
-def _base_and_indices(dataset: Any) -> tuple[Any, list[int]]:
+def _owner(dataset: Any) -> Any:
     """See through ``torch.utils.data.Subset`` to the dataset that owns the samples."""
+    while hasattr(dataset, "dataset") and hasattr(dataset, "indices"):
+        dataset = dataset.dataset
+    return dataset
+
+
+def ram_cache(dataset: Any) -> str:
+    """What ``--preload ram`` caches of ``dataset``: ``"loads"``, the decoded samples of a
+    dataset with a ``load(i)``/``transform`` split (augmentation still runs every step), or
+    ``"items"``, whole items (augmentation frozen)."""
+    owner = _owner(dataset)
+    split = callable(getattr(owner, "load", None)) and callable(getattr(owner, "transform", None))
+    return "loads" if split else "items"
+
+
+def _base_and_indices(dataset: Any) -> tuple[Any, list[int]]:
+    """The dataset that owns the samples (``_owner``) and the indices of ``dataset``'s own
+    samples in it."""
     indices = list(range(len(dataset)))
     while hasattr(dataset, "dataset") and hasattr(dataset, "indices"):
         indices = [dataset.indices[i] for i in indices]
@@ -147,7 +164,7 @@ def preload_ram(dataset: Any) -> Preloaded:
     base, indices = _base_and_indices(dataset)
     if not indices:
         return Preloaded(dataset)
-    if callable(getattr(base, "load", None)) and callable(getattr(base, "transform", None)):
+    if ram_cache(base) == "loads":
         sample = [base.load(i) for i in indices[:_ESTIMATE_FROM]]
         _check_ram(
             sum(map(nbytes, sample)) / len(sample) * len(indices), f"{len(indices)} decoded samples"

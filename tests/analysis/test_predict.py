@@ -141,6 +141,30 @@ def test_preload_ram_takes_the_storage_out_of_the_step() -> None:
     assert "the storage wait" in shm.reason and "decoding" in shm.reason
 
 
+def test_preload_ram_of_a_dataset_cached_whole_leaves_only_collation() -> None:
+    """Without a load/transform split preload=ram caches whole samples: augmentation goes too,
+    and the point keeps none of the busy part (collation, all that stays, is little of it)."""
+    base = baseline(busy=0.5)
+    whole = replace(base, workload={**base.workload, "dataset": "Rows", "ram_cache": "items"})
+    p = predict(whole, Knobs(workers=0, preload="ram"))
+    assert (p.low, p.speedup, p.high) == pytest.approx(
+        (0.034 / 0.022, 0.034 / 0.010, 0.034 / 0.010)
+    )
+    assert "caches whole samples (Rows has no load/transform split)" in p.reason
+    assert "only collation stays, at most its busy part (12.0 ms)" in p.reason
+    split = replace(base, workload={**base.workload, "ram_cache": "loads"})
+    assert predict(split, Knobs(workers=0, preload="ram")) == predict(
+        base, Knobs(workers=0, preload="ram")
+    )
+    rows = replace(whole, workload={**whole.workload, "dataset": "TensorDataset"})
+    in_memory = predict(rows, Knobs(workers=0, preload="ram"))
+    assert in_memory.speedup == pytest.approx(0.034 / 0.016)  # collation may be half of it
+    assert "only indexing each row leaves" in in_memory.reason
+    # shm keeps decoding whatever ram would cache
+    shm = predict(whole, Knobs(workers=0, preload="shm"))
+    assert shm.speedup == pytest.approx(0.034 / 0.016)
+
+
 def test_batch_size_is_a_range_between_per_sample_and_per_step_costs() -> None:
     p = predict(baseline(data_s=0.0, batch_s=0.020), Knobs(workers=0, batch_size=16))
     assert (p.low, p.high) == pytest.approx((1.0, 2.0)) and p.low < p.speedup < p.high
@@ -301,6 +325,8 @@ def test_preload_ram_on_slow_storage_is_predicted_within_a_quarter() -> None:
         known_cost(step_s=0.010, n=400, sleep_s=0.002), preload=["off", "ram"], steps=40
     )
     require_quiet(*sweep.runs)
+    assert sweep.baseline.workload["ram_cache"] == "items"  # KnownCostDataset: cached whole
+    assert "only collation stays" in sweep.runs[1].prediction.reason
     _held(sweep.runs[1])
 
 

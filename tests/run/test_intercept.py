@@ -40,7 +40,7 @@ from speedlab.run.loaders import (
     worker_context,
 )
 from speedlab.run.precision import resolve_precision
-from speedlab.run.preload import PreloadError, preload_ram, preload_shm
+from speedlab.run.preload import PreloadError, preload_ram, preload_shm, ram_cache
 
 
 def collate(batch):
@@ -245,6 +245,7 @@ def test_preload_ram_keeps_augmentation_random(lab_cache: Path) -> None:
         cached is not dataset and dataset.load.__self__ is dataset
     )  # the user's dataset is untouched
     assert "augmentation still runs" in loaded.notes[0]
+    assert ram_cache(torch.utils.data.Subset(dataset, [1, 2])) == "loads"
     torch.manual_seed(0)
     first = [cached[0][0] for _ in range(6)]
     assert any(not torch.equal(first[0], x) for x in first[1:])
@@ -254,6 +255,7 @@ def test_preload_ram_of_a_plain_dataset_freezes_items_and_says_so() -> None:
     loaded = preload_ram(KnownCostDataset(20))
     assert len(loaded.dataset) == 20
     assert "frozen" in loaded.notes[0]
+    assert ram_cache(KnownCostDataset(20)) == "items"
 
 
 class HugeItems(torch.utils.data.Dataset):
