@@ -161,13 +161,16 @@ def summarize(
 ) -> SystemSummary:
     """Summarise samples: CPU means weighted by interval length, the GPU's use as a mean,
     memory as peaks. ``quota_cores``: the cgroup's CPU quota the samples were taken under, if
-    any. ``since``: the means cover only the intervals that start then or later, where there
-    are any (a fit's steady steps: a one-time cost of its warm-up, such as a full garbage
-    collection of 0.3 s, is in no step's figure and must not be in its CPU); the peaks cover
-    every sample."""
+    any. ``since``: the means cover only the intervals that start then or later, where those
+    cover at least half the time from then to the last sample (a fit's steady steps: a
+    one-time cost of its warm-up, such as a full garbage collection of 0.3 s, is in no step's
+    figure and must not be in its CPU; a window shorter than two samples' interval is not
+    covered, and then all the intervals are); the peaks cover every sample."""
     measured = [(a, b) for a, b in pairwise(samples) if b.cpu_percent is not None]
-    later = [(a, b) for a, b in measured if since is None or a.t >= since]
-    timed = [(b.t - a.t, b) for a, b in later or measured]
+    later = [(a, b) for a, b in measured if since is not None and a.t >= since]
+    if not later or 2 * sum(b.t - a.t for a, b in later) < samples[-1].t - (since or 0.0):
+        later = measured
+    timed = [(b.t - a.t, b) for a, b in later]
     span = sum(dt for dt, _ in timed)
 
     def weighted(get: Callable[[SystemSample], float]) -> float:
@@ -175,7 +178,7 @@ def summarize(
 
     n_cores = min((len(s.cpu_percent_per_core or []) for _, s in timed), default=0)
     has_iowait = bool(timed) and all(s.iowait_percent is not None for _, s in timed)
-    window = [b for _, b in timed] or samples
+    window = [b for _, b in later] or samples
     gpu_utils = [s.gpu_util_percent for s in window if s.gpu_util_percent is not None]
     gpu_mems = [s.gpu_mem_bytes for s in samples if s.gpu_mem_bytes is not None]
     shms = [s.shm_used_bytes for s in samples if s.shm_used_bytes is not None]

@@ -28,7 +28,7 @@ from speedlab.measure.machine import (
     system_info,
     visible_gpus,
 )
-from speedlab.measure.system import SystemSampler
+from speedlab.measure.system import SystemSample, SystemSampler, summarize
 from speedlab.results.system import SystemSummary
 
 FORK = multiprocessing.get_context("fork")
@@ -255,6 +255,23 @@ def test_cpu_figures_since_a_moment_leave_out_the_time_before_it() -> None:
     assert sampler.summary(time.perf_counter()) == whole
 
 
+def sample(t: float, thread: float | None) -> SystemSample:
+    """A reading at ``t`` whose interval kept the training thread ``thread`` percent busy."""
+    return SystemSample(
+        t, thread, [thread or 0.0], None, thread, 0.0, 1, 0, None, 1, None, None, thread
+    )
+
+
+def test_a_window_its_samples_hardly_cover_takes_every_interval() -> None:
+    """Steady steps shorter than the sampler's interval: the one interval that starts in them
+    ends with the stop's reading 0.02 s later (the fit's teardown): every interval counts."""
+    samples = [sample(0.0, None), sample(0.25, 100.0), sample(0.5, 100.0), sample(0.52, 0.0)]
+    assert summarize(samples, 1, since=0.3) == summarize(samples, 1)
+    assert summarize(samples, 1).train_thread_cpu_percent == pytest.approx(50 / 0.52)
+    # from 0.25 on, the intervals cover the whole window
+    assert summarize(samples, 1, since=0.25).train_thread_cpu_percent == pytest.approx(25 / 0.27)
+
+
 def test_samples_arrive_at_about_4_hz() -> None:
     with SystemSampler() as sampler:
         time.sleep(1.0)
@@ -335,7 +352,7 @@ def test_nothing_imports_torch() -> None:
     code = """
         import json, sys
         from speedlab.measure.machine import system_info
-        from speedlab.measure.system import SystemSampler
+        from speedlab.measure.system import SystemSample, SystemSampler, summarize
         info = system_info()
         with SystemSampler() as sampler:
             pass
