@@ -135,7 +135,7 @@ class SystemSampler:
     def summary(self, since: float | None = None) -> SystemSummary:
         """Summary of the samples so far; after `stop()` it covers the whole run. ``since``
         (a ``time.perf_counter()``): its CPU figures cover only the time from then on, where
-        samples were taken in it (``summarize``)."""
+        the samples taken in it cover at least half of it (``summarize``)."""
         quota = self._reader.quota if self._reader is not None else None
         cores = psutil.cpu_count() or 1
         return summarize(self.samples, cores, quota.cores if quota else None, since)
