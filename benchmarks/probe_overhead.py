@@ -219,13 +219,17 @@ def main() -> None:
 
 def rotation(lab: str, seed: int) -> list[dict[str, float]]:
     """One rotation of ``lab`` in a fresh process (this script with ``--lab``): its cycles."""
+    return in_a_process(__file__, "--lab", lab, "--seed", str(seed))["cycles"]
+
+
+def in_a_process(script: str, *flags: str) -> Any:
+    """What a fresh process of ``script``, given this run's arguments and ``flags``, prints as
+    JSON on its last line: a process's memory layout shifts an arm's figure for its whole life,
+    so each run is a process of its own."""
     out = subprocess.run(
-        [sys.executable, __file__, *sys.argv[1:], "--lab", lab, "--seed", str(seed)],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, script, *sys.argv[1:], *flags], capture_output=True, text=True, check=True
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])["cycles"]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def bootstrap_median(runs: list[list[float]], rng: random.Random) -> tuple[float, float]:

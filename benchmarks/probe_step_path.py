@@ -39,15 +39,13 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from probe_overhead import bootstrap_median
+from probe_overhead import bootstrap_median, in_a_process
 from torch.utils.data import DataLoader, TensorDataset
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel
@@ -152,7 +150,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args)))
         return
-    runs = [in_a_process() for _ in range(args.repeats)]
+    runs = [in_a_process(__file__, "--one") for _ in range(args.repeats)]
     bare = statistics.median(x for run in runs for x in run["bare"])
     print(
         f"{args.repeats} runs x {args.rounds} rounds of {args.block}-step blocks, "
@@ -168,18 +166,6 @@ def main() -> None:
             f"  {arm:11s} {added * 1e6:+6.1f} us a step over bare "
             f"(95% interval {low:+.1f} to {high:+.1f}; runs {each})"
         )
-
-
-def in_a_process() -> dict[str, list[float]]:
-    """One run in a fresh process (this script with ``--one``): a process's memory layout
-    shifts an arm's figure for its whole life, so the interval is over runs as well."""
-    out = subprocess.run(
-        [sys.executable, __file__, *sys.argv[1:], "--one"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
