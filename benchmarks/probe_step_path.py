@@ -102,7 +102,7 @@ class StepPath(pl.Callback):
                 times.append(_perf() - start)
             return statistics.median(times[SETTLE:])
 
-        rng = random.Random(0)
+        rng = random.Random(args.seed)  # each process its own orders
         for _ in range(args.rounds):
             medians = {}
             for arm in rng.sample(ARMS, len(ARMS)):
@@ -146,11 +146,12 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=50)
     parser.add_argument("--evict", type=float, default=8, help="MB walked between steps")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # as JSON
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args)))
         return
-    runs = [in_a_process(__file__, "--one") for _ in range(args.repeats)]
+    runs = [in_a_process(__file__, "--one", "--seed", str(seed)) for seed in range(args.repeats)]
     bare = statistics.median(x for run in runs for x in run["bare"])
     print(
         f"{args.repeats} runs x {args.rounds} rounds of {args.block}-step blocks, "
