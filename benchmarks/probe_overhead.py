@@ -6,15 +6,16 @@ interleaved inside each training run instead: every `--block` steps the run swit
 shuffled order, between bare, bare again (an A/A control: the noise floor), SpeedProbe
 attached (its own setup/teardown hooks, sampler included), SimpleProfiler installed as the
 Trainer's profiler, and a known answer: bare with 10 us of busy-waiting added to each step,
-which shows how the rotation reads a known cost of the target's size (on 2026-11-29, 12 runs
-of 60 cycles read it as +13.2 us, interval +4.9 to +20.9, where SpeedProbe read +16.7, +12.3
-to +24.8, and another 10 runs read +9.5 and +15.3: at this size a run of the benchmark tells a
-cost to about 8 us either way). A clock callback present throughout times every step; the
-steps next to a switch are dropped: the probe starts anew at each switch, so that is its
-warm-up steps (their watches count FLOPs and syncs; no figure of a run counts them) and eight
-more, as the steps after the FLOP-counted one run slower for about six steps (the median step
-time at each place in a block showed it: the counting's garbage and the caches it displaced, a
-cost of the fit's start, not of a step). Each cycle (one block of each arm) gives a ratio to
+which shows how the rotation reads a known cost of the target's size. A clock callback present
+throughout times every step. The first 40 steps after each switch are left out of the per-step
+figures and printed apart, as what an arm's start costs once: the probe starts anew at each
+switch, so they hold its warm-up (whose watches count FLOPs and syncs; no figure of a run
+counts them) and the tail its FLOP count leaves. The median step time at each place in a block
+showed that tail on the zero-cost step (``--places`` prints it; on 2026-11-30, 12 runs of 40
+cycles of 80-step blocks, the probe without its sampler): +112 us on the step after the counted
+one, about +10 us twenty steps on, +5 to +6 us from the fortieth, where a probe that counted no
+FLOPs read the same. Until then this benchmark left out 8 steps after the warm-up, and its
+40-step blocks' medians lay in that tail. Each cycle (one block of each arm) gives a ratio to
 its own bare block.
 
 Even so, one median ratio on the MLP lab is known only to about +-2% (see the A/A arm). So the
@@ -31,8 +32,16 @@ minutes; 60 cycles of the five arms take as long). The headline figures are that
 at most 10 us a step, and below SimpleProfiler's) and the same over the MLP lab's bare step
 (target: SpeedProbe <= 1.02).
 
-    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 60] [--block 40]
-        [--threads N] [--clock wall|cpu]
+Readings: on 2026-11-29, 12 runs of 60 cycles of 40-step blocks (8 steps left out after the
+warm-up) read the known 10 us as +13.2 (interval +4.9 to +20.9) and SpeedProbe as +16.7 (+12.3
+to +24.8). On 2026-11-30, two runs of 12 x 20 cycles of 120-step blocks read the known 10 us as
++9.2 (+1.6 to +24.9) and +12.4 (+4.0 to +20.4), SpeedProbe as +14.2 (+3.3 to +27.4) and +16.7
+(+7.3 to +26.4), the A/A control as +3.4 and -4.6: leaving the tail out moved SpeedProbe's
+figure by less than a run tells (on a machine that noisy, about 10 us either way), and its
+first 40 steps cost +3.1 and +4.4 ms once over bare's.
+
+    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
+        [--threads N] [--clock wall|cpu] [--places]
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from speedlab.measure.probe import SpeedProbe
 KNOWN = "known-10us"
 ARMS = ("bare", "bare-again", "speedprobe", "simpleprofiler", KNOWN)
 LABS = ("MLP lab", "zero-cost step")
-SETTLE = SpeedProbe().warmup + 8  # steps dropped after each switch
+SETTLE = 40  # steps left out after each switch: the probe's warm-up and what its FLOP count leaves
 TARGET_US = 10.0
 KNOWN_S = TARGET_US * 1e-6  # what the known arm adds to each step
 
@@ -109,20 +118,35 @@ class Rotation(pl.Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._switch(trainer, pl_module, "bare")
 
-    def cycles(self) -> list[dict[str, float]]:
-        """Per cycle, each arm's median step time, without the steps next to a switch."""
+    def _blocks(self) -> dict[int, tuple[str, list[float]]]:
+        """Each counted block's arm and step times (the step before a switch left out)."""
         blocks: dict[int, tuple[str, list[float]]] = {}
         for step, following in itertools.pairwise(self.steps):
             arm, block = step[:2]
             if block == following[1] and block > 0:
                 blocks.setdefault(block, (arm, []))[1].append(following[2] - step[2])
+        return blocks
+
+    def cycles(self) -> list[dict[str, float]]:
+        """Per cycle, each arm's median step time without the steps next to a switch, and
+        (``"<arm> start"``) the time those first steps took."""
         cycles: dict[int, dict[str, float]] = {}
-        for block, (arm, times) in blocks.items():
+        for block, (arm, times) in self._blocks().items():
             if len(times) > 2 * SETTLE:
-                cycles.setdefault((block - 1) // len(ARMS), {})[arm] = statistics.median(
-                    times[SETTLE:-1]
-                )
-        return [c for c in cycles.values() if len(c) == len(ARMS)]
+                cycle = cycles.setdefault((block - 1) // len(ARMS), {})
+                cycle[arm] = statistics.median(times[SETTLE:-1])
+                cycle[f"{arm} start"] = sum(times[:SETTLE])
+        return [c for c in cycles.values() if len(c) == 2 * len(ARMS)]
+
+    def places(self) -> dict[str, list[float]]:
+        """Per arm, the median step time at each place in its blocks (``--places``)."""
+        at: dict[str, list[list[float]]] = {}
+        for arm, times in self._blocks().values():
+            for place, seconds in enumerate(times):
+                column = at.setdefault(arm, [])
+                column.extend([] for _ in range(place + 1 - len(column)))
+                column[place].append(seconds)
+        return {arm: [statistics.median(c) for c in columns] for arm, columns in at.items()}
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -156,16 +180,18 @@ def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
     """One rotation of one lab, in this process: per complete cycle, each arm's median step."""
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
-    return {"cycles": run(lab, args.cycles, args.block, rng, args.clock).cycles()}
+    rotation = run(lab, args.cycles, args.block, rng, args.clock)
+    return {"cycles": rotation.cycles(), "places": rotation.places()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--cycles", type=int, default=60)
-    parser.add_argument("--block", type=int, default=40)
+    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--block", type=int, default=3 * SETTLE)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--clock", choices=CLOCKS, default="wall")
+    parser.add_argument("--places", action="store_true", help="each place in a block, by arm")
     parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one rotation, as JSON
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -181,7 +207,8 @@ def main() -> None:
     rng = random.Random(0)
     bare_step, added = {}, {}
     for lab in LABS:
-        runs = [rotation(lab, seed) for seed in range(args.repeats)]
+        rotations = [rotation(lab, seed) for seed in range(args.repeats)]
+        runs = [r["cycles"] for r in rotations]
         cycles = [c for run_cycles in runs for c in run_cycles]
         bare_step[lab] = statistics.median(c["bare"] for c in cycles)
         print(f"{lab}, median step {args.clock} time, {len(cycles)} complete cycles:")
@@ -197,6 +224,23 @@ def main() -> None:
                 f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f}; "
                 f"runs {each})"
             )
+        start = {
+            a: statistics.median(c[f"{a} start"] - c["bare start"] for c in cycles) for a in ARMS
+        }
+        print(
+            f"  the first {SETTLE} steps after a switch, left out above, over bare's: "
+            + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in ARMS[1:])
+        )
+        if args.places:
+            print("  each place in a block after a switch, the median over runs, over bare's (us):")
+            for arm in ARMS[1:]:
+                added_at = (
+                    statistics.median(
+                        (r["places"][arm][i] - r["places"]["bare"][i]) * 1e6 for r in rotations
+                    )
+                    for i in range(min(len(r["places"][arm]) for r in rotations))
+                )
+                print(f"    {arm:15s}", " ".join(f"{x:+.0f}" for x in added_at))
     mlp, zero = LABS
     print(
         f"Per-step cost measured on the {zero}, over the {mlp}'s {bare_step[mlp] * 1e3:.3f} ms step:"
@@ -217,9 +261,9 @@ def main() -> None:
     )
 
 
-def rotation(lab: str, seed: int) -> list[dict[str, float]]:
-    """One rotation of ``lab`` in a fresh process (this script with ``--lab``): its cycles."""
-    return in_a_process(__file__, "--lab", lab, "--seed", str(seed))["cycles"]
+def rotation(lab: str, seed: int) -> dict[str, Any]:
+    """One rotation of ``lab`` in a fresh process (this script with ``--lab``): ``measure``'s."""
+    return in_a_process(__file__, "--lab", lab, "--seed", str(seed))
 
 
 def in_a_process(script: str, *flags: str) -> Any:
