@@ -177,7 +177,8 @@ def run(lab: str, cycles: int, block: int, rng: random.Random, clock: str) -> Ro
 
 
 def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One rotation of one lab, in this process: per complete cycle, each arm's median step."""
+    """One rotation of one lab, in this process: per complete cycle, each arm's median step
+    and start (``Rotation.cycles``); per arm, its step at each place in a block."""
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     rotation = run(lab, args.cycles, args.block, rng, args.clock)
