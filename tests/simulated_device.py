@@ -47,10 +47,12 @@ class SimulatedEvent:
         self.stamp: float | None = None
         self.queued = 0.0
 
-    def record(self) -> None:
+    def record(self, stream: SimulatedDevice | None = None) -> None:
+        """Queue the event on its device, or on ``stream``: another device's queue, as a CUDA
+        event is recorded in a given stream."""
         self.stamp = None
         self.queued = time.perf_counter()
-        self._device.queue.put(self)
+        (stream or self._device).queue.put(self)
 
     def query(self) -> bool:
         return self.stamp is not None

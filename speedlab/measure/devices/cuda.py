@@ -40,10 +40,15 @@ class CudaDevice(Device):
         return torch.cuda.is_available()
 
     def timeline(self, warmup: int) -> EventTimeline:
-        """Events with timing in the current stream, one synchronize at the end."""
+        """Events with timing in the stream current as the fit starts (the training loop's),
+        one synchronize at the end."""
         import torch
 
-        return EventTimeline(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+        return EventTimeline(
+            lambda: torch.cuda.Event(enable_timing=True),
+            torch.cuda.synchronize,
+            stream=torch.cuda.current_stream(),
+        )
 
     def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:
         """The GPU's dense peak from ``GPU_PEAKS``; for float32, its TF32 peak where float32

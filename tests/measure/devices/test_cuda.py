@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -24,12 +25,14 @@ class FakeEvent:
     """``torch.cuda.Event``'s timing part, stamped when recorded from a clock the test moves."""
 
     clock = 0.0
+    streams: ClassVar[list[object]] = []  # the stream of each record, in order
 
     def __init__(self, enable_timing: bool = False) -> None:
         assert enable_timing
         self.stamp: float | None = None
 
-    def record(self) -> None:
+    def record(self, stream: object = None) -> None:
+        FakeEvent.streams.append(stream)
         self.stamp = FakeEvent.clock
 
     def query(self) -> bool:
@@ -54,8 +57,11 @@ def test_a_gpu_is_available_where_torch_says_so(
 
 def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     synchronized: list[bool] = []
+    training_stream = object()
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: synchronized.append(True))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: training_stream)
+    monkeypatch.setattr(FakeEvent, "streams", [])
     timeline = CudaDevice().timeline(5)
     records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
     for point, at in [("origin", 0.0), ("fetched", 0.010), ("start", 0.012), ("end", 0.032)]:
@@ -68,6 +74,8 @@ def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = {"data_time": 0.012, "copy_time": 0.002, "batch_time": 0.020, "wall": 0.033}
     assert len(records.pop("launch_lag")) == 1  # the clocks set against each other at the end
     assert records == {key: [pytest.approx(value)] for key, value in expected.items()}
+    # Every mark, and the anchor that sets the clocks, in the stream current at the fit's start.
+    assert FakeEvent.streams == [training_stream] * 6
 
 
 def test_its_host_syncs_are_watched_over_a_few_warmup_steps() -> None:

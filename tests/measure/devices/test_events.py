@@ -45,6 +45,22 @@ def test_a_steps_figures_are_the_devices_work_not_the_hosts_queueing() -> None:
     assert device_work([w / 2 for w in records["wall"]])
 
 
+def test_a_timeline_given_a_stream_records_its_marks_in_that_queue() -> None:
+    busy, stream = SimulatedDevice(), SimulatedDevice()
+    timeline = EventTimeline(busy.event, stream.synchronize, stream=stream)
+    records = step_records(1)
+    busy.launch(5 * STEP_S)  # the other queue's work: the stream's marks do not wait for it
+    for point in ("origin", "fetched", "start"):
+        timeline.mark(0, point)
+    stream.launch(STEP_S)
+    for point in ("end", "close"):
+        timeline.mark(0, point)
+    timeline.resolve(records, wait=True)
+    assert device_work(records["batch_time"])
+    assert records["data_time"][0] < STEP_S
+    assert busy.queue.unfinished_tasks == 1  # its work still runs: nothing waited for it
+
+
 def test_validation_inside_a_step_is_left_out_of_its_wall() -> None:
     device = SimulatedDevice()
     timeline = EventTimeline(device.event, device.synchronize)
