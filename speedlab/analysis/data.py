@@ -12,6 +12,7 @@ import statistics
 
 from speedlab.analysis.compare import other_processes_cores, run_cores, run_cpu
 from speedlab.analysis.findings import device_name, torch_threads
+from speedlab.analysis.launches import launches_first
 from speedlab.measure.devices import device_for
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -107,8 +108,8 @@ def _bursty(run: RunResult) -> bool:
 
 def data_bound(run: RunResult) -> list[Finding]:
     share = run.data_share
-    if not share >= DATA_SHARE_WARN:
-        return []
+    if not share >= DATA_SHARE_WARN or launches_first(run):
+        return []  # not waiting for data, or waiting on launches longer (``overhead_bound``)
     severity = "critical" if share >= DATA_SHARE_CRITICAL else "warn"
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
     head = (

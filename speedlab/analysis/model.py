@@ -4,10 +4,9 @@ hardware the run measured can do about it."""
 
 from __future__ import annotations
 
-import statistics
-
 from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.analysis.findings import batch_size, device_name
+from speedlab.analysis.launches import launch_waits, launches_first
 from speedlab.analysis.utilisation import utilisation
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -27,61 +26,6 @@ HIDDEN_LOADING_FACTOR = 2.0
 HIDDEN_LOADING_MIN_S = 0.001
 """On an asynchronous device, the loading is hidden behind the device's work where the host
 waited more than twice, and a millisecond more than, the time the device sat idle for input."""
-
-
-LAUNCH_LAG_SHARE = 0.10
-"""A step whose device finished within this share of its batch_time after the host queued its
-last operation ran each operation as the host launched it: it waited on the host."""
-LAUNCH_PACED_SHARE = 0.8
-"""Share of the steady steps (with a launch lag) paced by the host's launches that makes a run
-on an asynchronous device launch-bound."""
-
-
-def launch_paced(run: RunResult) -> tuple[int, int, float] | None:
-    """(steady steps the host's launches paced, steady steps with a launch lag, their median
-    lag in seconds); None where the run has no launch lags (a synchronous device)."""
-    r = run.records
-    lags = r.get("launch_lag") or []
-    steady = [
-        i
-        for i, phase in enumerate(r["phase"][: len(lags)])
-        if phase == "steady" and lags[i] is not None
-    ]
-    if not steady:
-        return None
-    paced = [i for i in steady if lags[i] < LAUNCH_LAG_SHARE * r["batch_time"][i]]
-    return len(paced), len(steady), statistics.median(lags[i] for i in steady)
-
-
-LAUNCH_IDLE_SHARE = 0.5
-"""Share of batch_time a device sat idle between its kernels, waiting for the host to launch
-the next (its traced work against its timeline), that makes a run launch-bound."""
-
-
-def launch_waits(run: RunResult) -> tuple[bool, str] | None:
-    """Whether an asynchronous device waited on the host's launches, and the evidence in
-    words: from its idle gaps between kernels where it traced its work (``device_split``),
-    else from the launch lags of its steps; None on a synchronous device."""
-    device = device_name(run)
-    split = run.device_split
-    if split is not None:
-        return split.launch_share >= LAUNCH_IDLE_SHARE, (
-            f"The {device}'s own trace of a step holds {fmt_ms(split.busy)} of work, against a "
-            f"batch_time of {fmt_ms(run.batch_time)} on its timeline: it sat idle "
-            f"{fmt_ms(split.launches)} ({split.launch_share:.0%}) between kernels, waiting for "
-            "the host to launch the next, so batch_time is the host's pace of launching, not "
-            f"the {device}'s work."
-        )
-    paced = launch_paced(run)
-    if paced is None:
-        return None
-    n, steps, lag = paced
-    return n >= LAUNCH_PACED_SHARE * steps, (
-        f"In {n} of {steps} steady steps the {device} finished the training batch "
-        f"{fmt_ms(lag)} (median) after the host queued its last operation: it ran each "
-        "operation as soon as the host launched it and then waited for the next, so batch_time "
-        f"({fmt_ms(run.batch_time)}) is the host's pace of launching, not the {device}'s work."
-    )
 
 
 def overhead_bound(run: RunResult) -> list[Finding]:
@@ -111,8 +55,14 @@ def overhead_bound(run: RunResult) -> list[Finding]:
 
 
 def _launch_bound(run: RunResult, waits: bool, evidence: str) -> list[Finding]:
-    if not waits or run.data_share >= DATA_SHARE_WARN:
+    data_waits = run.data_share >= DATA_SHARE_WARN
+    if not waits or (data_waits and not launches_first(run)):
         return []  # not paced by the host, or limited by its data first
+    if data_waits:
+        evidence += (
+            f" It also sat idle {fmt_ms(run.data_time)} a step ({run.data_share:.0%} of the step) for "
+            "want of input: less than it waited for launches, so the launches come first."
+        )
     advice = (
         "Give each launch more work: a larger batch costs the same launches for more samples; "
         "torch.compile fuses operations into fewer kernels (mode='reduce-overhead' also replays "

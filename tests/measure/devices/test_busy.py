@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.model import LAUNCH_IDLE_SHARE
+from speedlab.analysis.launches import LAUNCH_IDLE_SHARE
 from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.busy import BusyWatch, ProfilerTrace, busy_seconds
 from speedlab.measure.probe import SpeedProbe
