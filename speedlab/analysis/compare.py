@@ -32,8 +32,9 @@ torch.utils.benchmark warns)."""
 
 
 def run_cores(run: RunResult) -> int:
-    """Cores the run could use: the sampled count, capped by this process's affinity and quota."""
-    return min(int(run.system.cores or usable_cores()), usable_cores())
+    """Cores the run could use, as it recorded them where it ran; for a record made before it
+    kept them, the sampled count capped by this process's affinity and quota."""
+    return run.system.usable_cores or min(int(run.system.cores or usable_cores()), usable_cores())
 
 
 def run_cpu(run: RunResult) -> float:

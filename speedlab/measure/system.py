@@ -29,7 +29,7 @@ import psutil
 from speedlab.measure.cgroup import cpu_quota
 from speedlab.measure.devices import memory_reserved
 from speedlab.measure.fork_pause import ForkPause
-from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch
+from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch, usable_cores
 from speedlab.results.system import SystemSummary
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -138,7 +138,8 @@ class SystemSampler:
         the samples taken in it cover at least half of it (``summarize``)."""
         quota = self._reader.quota if self._reader is not None else None
         cores = psutil.cpu_count() or 1
-        return summarize(self.samples, cores, quota.cores if quota else None, since)
+        summary = summarize(self.samples, cores, quota.cores if quota else None, since)
+        return replace(summary, usable_cores=usable_cores())
 
     def _add(self, sample: SystemSample) -> None:
         with self._lock:

@@ -41,6 +41,9 @@ class SystemSummary(Record):
     # process under it used, in percent of one core (None where it could not be read)
     cpu_quota_cores: float | None = None
     cgroup_cpu_percent: float | None = None
+    # Whole cores the run's process could use (its affinity and quota) where it ran; None in a
+    # record made before this was kept. A run read on another machine keeps its own.
+    usable_cores: int | None = None
 
     @property
     def sampled(self) -> bool:

@@ -17,12 +17,13 @@ import pytest
 import torch
 
 import speedlab
-from speedlab.analysis.compare import compare
+from speedlab.analysis.compare import compare, run_cores
 from speedlab.analysis.verdict import diagnose_sweep, judge_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.results.comparison import TOO_FEW
 from speedlab.results.sweep import SweepResult
+from speedlab.results.system import SystemSummary
 from tests.doctor_runs import require_quiet, the
 from tests.records import run_of
 from tests.simulated_device import on_device, probe_on_simulated_device
@@ -234,3 +235,16 @@ def test_other_processes_cores_under_a_quota_are_read_from_the_cgroup(
     assert compare_module.other_processes_cores(run) == pytest.approx(expected)
     quota = system.get("cpu_quota_cores")
     assert compare_module.run_cpu(run) == (min(quota, 2) if quota else 2)
+
+
+def test_a_run_read_on_another_machine_keeps_the_cores_it_ran_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The H200's hidden-loading run (16 cores) read on a 2-core machine: its rules count the
+    16 it had, not the reader's; a record made before runs kept them falls back to the reader's."""
+    from speedlab.analysis import compare as compare_module
+
+    monkeypatch.setattr(compare_module, "usable_cores", lambda: 2)
+    run = run_of([0.001] * 20, [0.01] * 20)
+    assert run_cores(replace(run, system=SystemSummary(cores=16, usable_cores=16))) == 16
+    assert run_cores(replace(run, system=SystemSummary(cores=16))) == 2

@@ -26,6 +26,7 @@ from speedlab.measure.machine import (
     format_bytes,
     format_system_info,
     system_info,
+    usable_cores,
     visible_gpus,
 )
 from speedlab.measure.system import SystemSample, SystemSampler, summarize
@@ -61,6 +62,7 @@ def test_a_busy_worker_counts_as_workers_cpu_not_main() -> None:
     assert summary.peak_workers >= 1
     assert summary.cpu_percent * summary.cores > 50  # the busy core shows machine-wide too
     assert len(summary.cpu_percent_per_core) == summary.cores
+    assert summary.usable_cores == usable_cores()  # kept with the run, for reading elsewhere
 
 
 def test_a_worker_that_lives_and_dies_between_samples_still_counts() -> None:
