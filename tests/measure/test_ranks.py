@@ -19,6 +19,7 @@ import lightning.pytorch as pl
 import psutil
 import pytest
 import torch
+from lightning.fabric.plugins.environments import MPIEnvironment
 
 from speedlab.analysis.ranks import rank_findings
 from speedlab.analysis.scaling import scaling
@@ -76,7 +77,10 @@ def shell(shell):
 @pytest.fixture
 def descendants() -> Callable[[], list[psutil.Process]]:
     """This process's children born during the test and still alive; older ones (such as
-    multiprocessing's resource tracker) are not the test's."""
+    multiprocessing's resource tracker) are not the test's. Lightning's MPI detection runs
+    first: where mpi4py is installed it initialises MPI, and Open MPI starts its daemon
+    (``orted``) for the life of the process, a helper of the process rather than of the run."""
+    MPIEnvironment.detect()
     older = set(psutil.Process().children(recursive=True))
     return lambda: [p for p in psutil.Process().children(recursive=True) if p not in older]
 
@@ -127,12 +131,18 @@ def test_ranks_forked_after_parallel_work_in_the_notebook_do_not_hang(
     # first parallel op, unless the child uses one thread. OMP_NUM_THREADS=2 stops Lightning
     # from lowering the ranks' threads itself: without speedlab's fix this cell never ends.
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    shell.run_cell(
-        "import torch; torch.set_num_threads(2); torch.ones(512, 512) @ torch.ones(512, 512)"
-    )
-    sweep = shell.run_cell_magic(
-        "profile_train", "--devices 2 --strategy ddp_notebook --steps 20 -o", CELL.format(slow=None)
-    )
+    threads = torch.get_num_threads()
+    try:  # the notebook's own setting, not speedlab's: the test puts it back
+        shell.run_cell(
+            "import torch; torch.set_num_threads(2); torch.ones(512, 512) @ torch.ones(512, 512)"
+        )
+        sweep = shell.run_cell_magic(
+            "profile_train",
+            "--devices 2 --strategy ddp_notebook --steps 20 -o",
+            CELL.format(slow=None),
+        )
+    finally:
+        torch.set_num_threads(threads)
     run = sweep.runs[0]
     assert run.ok, run.error
     assert [e.steps for e in run.ranks] == [20, 20]
