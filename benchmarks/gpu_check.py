@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -480,7 +481,9 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     (a known answer) every ``block`` steps in a shuffled order; each arm's median step, less its
     cycle's bare one, over the cycles. Whole fits timed one after another read bare Lightning's
     own step 2131 to 2560 us a step from one round to the next on the H200, as wide as the cost
-    being measured."""
+    being measured. Bare's step in the fit's first block, before any arm ran, is printed beside
+    its later blocks': a cost the probe leaves in the process for every step after (CUPTI's,
+    once its warm-up traced a step) would fall on every arm alike, and show only there."""
     two_ms = Workload("two_ms", work_s=0.002)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, 3 * SETTLE)
@@ -498,7 +501,8 @@ def check_probe_cost(backend: Backend) -> list[Line]:
         f"cycles), SimpleProfiler {simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
         f"{statistics.median(added[KNOWN]):+.1f}, bare again "
         f"{statistics.median(added['bare-again']):+.1f}; bare's step "
-        f"{statistics.median(c['bare'] for c in found) * 1e3:.2f} ms"
+        f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms, before any arm ran "
+        f"{_first_block(rotation) * 1e3:.3f} ms"
     )
     judged = None if backend.simulated else probe <= PROBE_COST_US and probe < simple
     return [
@@ -508,6 +512,13 @@ def check_probe_cost(backend: Backend) -> list[Line]:
             figure,
         )
     ]
+
+
+def _first_block(rotation: Rotation) -> float:
+    """Bare's median step in the rotation's first block (the fit's own warm-up and the steps
+    after it left out, as after each switch)."""
+    first = [b[2] - a[2] for a, b in itertools.pairwise(rotation.steps) if a[1] == b[1] == 0]
+    return statistics.median(first[SETTLE:-1])
 
 
 def check_pytest() -> list[Line]:
