@@ -40,14 +40,14 @@ class CudaDevice(Device):
         return torch.cuda.is_available()
 
     def timeline(self, warmup: int) -> EventTimeline:
-        """Events with timing in the stream current as the fit starts (the training loop's),
-        one synchronize at the end."""
+        """Events with timing in the stream current at the first mark (the training loop's, as
+        its first epoch starts), one synchronize at the end. Making it touches no GPU."""
         import torch
 
         return EventTimeline(
             lambda: torch.cuda.Event(enable_timing=True),
             torch.cuda.synchronize,
-            stream=torch.cuda.current_stream(),
+            stream=torch.cuda.current_stream,
         )
 
     def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:

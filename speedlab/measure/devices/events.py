@@ -81,7 +81,8 @@ class EventTimeline:
 
     ``event`` makes an event of the device (``record()``, ``query()``, ``elapsed_time(end)`` in
     milliseconds, as ``torch.cuda.Event``); ``synchronize`` waits for the device's queue.
-    ``stream``, where given, is the queue each mark is recorded in: ``torch.cuda.Event.record()``
+    ``stream``, where given, returns the queue each mark is recorded in, asked once at the first
+    mark (a timeline is made before the device may be touched): ``torch.cuda.Event.record()``
     without one builds a ``Stream`` of the current one at every call, most of a mark's cost.
     """
 
@@ -90,11 +91,12 @@ class EventTimeline:
         event: Callable[[], Any],
         synchronize: Callable[[], None],
         lags: int = LAG_STEPS,
-        stream: Any = None,
+        stream: Callable[[], Any] | None = None,
     ) -> None:
         self._event = event
         self._synchronize = synchronize
-        self._in = () if stream is None else (stream,)
+        self._stream = stream
+        self._in: tuple[Any, ...] = ()  # the stream to record in, once asked
         self._pool: list[Any] = []
         self._steps: dict[int, dict[str, Any]] = {}
         self._waits: dict[int, list[Any]] = {}  # step -> its fetches' start and end events
@@ -104,6 +106,8 @@ class EventTimeline:
 
     def mark(self, index: int, point: str) -> None:
         """The host reached ``point`` of step ``index``: the device stamps it when it gets there."""
+        if self._stream is not None:
+            self._in, self._stream = (self._stream(),), None
         event = self._pool.pop() if self._pool else self._event()
         event.record(*self._in)
         if point == "wait":

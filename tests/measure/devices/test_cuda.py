@@ -74,7 +74,7 @@ def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = {"data_time": 0.012, "copy_time": 0.002, "batch_time": 0.020, "wall": 0.033}
     assert len(records.pop("launch_lag")) == 1  # the clocks set against each other at the end
     assert records == {key: [pytest.approx(value)] for key, value in expected.items()}
-    # Every mark, and the anchor that sets the clocks, in the stream current at the fit's start.
+    # Every mark, and the anchor that sets the clocks, in the stream current at the first mark.
     assert FakeEvent.streams == [training_stream] * 6
 
 

@@ -47,7 +47,7 @@ def test_a_steps_figures_are_the_devices_work_not_the_hosts_queueing() -> None:
 
 def test_a_timeline_given_a_stream_records_its_marks_in_that_queue() -> None:
     busy, stream = SimulatedDevice(), SimulatedDevice()
-    timeline = EventTimeline(busy.event, stream.synchronize, stream=stream)
+    timeline = EventTimeline(busy.event, stream.synchronize, stream=lambda: stream)
     records = step_records(1)
     busy.launch(5 * STEP_S)  # the other queue's work: the stream's marks do not wait for it
     for point in ("origin", "fetched", "start"):
