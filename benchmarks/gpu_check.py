@@ -81,7 +81,9 @@ TOLERANCE = {"samples_per_s": 0.03, "split": 0.10}
 PROBE_COST_US = 40.0
 """The most SpeedProbe may add to a 2 ms GPU step, in microseconds (and less than
 SimpleProfiler)."""
-DATA_KINDS = {"io_bound", "cpu_bound", "copy_bound", "overhead_bound"}
+LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
+"""The doctor's findings of a limit on the host's side (data, workers, launches) that each
+workload is built to have, or not to have."""
 
 
 class Backend:
@@ -210,7 +212,7 @@ class Workload:
     tiny: int = 0
     copy_s: float = 0.0
     copy_mb: int = 0
-    expect: str | None = None  # the finding the doctor must give; None: no data-side finding
+    expect: str | None = None  # the finding of LIMIT_KINDS the doctor must give; None: none
     # whether the device sits idle between its kernels for most of batch_time (its traced work
     # against its timeline), waiting for the host's launches
     waits_on_launches: bool = False
@@ -343,13 +345,13 @@ def check_workload(backend: Backend, workload: Workload, record: Path | None) ->
         _split(workload.name, run, truth.split),
         _device_split(workload, run),
     ]
-    found = sorted(str(f.kind) for f in run.diagnosis if f.kind in DATA_KINDS)
+    found = sorted(str(f.kind) for f in run.diagnosis if f.kind in LIMIT_KINDS)
     wanted = [workload.expect] if workload.expect else []
     lines.append(
         Line(
             f"{workload.name} doctor",
             found == wanted,
-            f"found {found or 'no data-side finding'}, built to be {wanted or 'none'}",
+            f"found {found or 'no finding of a limit'}, built to be {wanted or 'none'}",
         )
     )
     if record is not None:

@@ -361,8 +361,11 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
 
 
 def oversubscribed(run: RunResult) -> list[Finding]:
+    """Workers and torch's threads together over the cores, where the model trains on those
+    threads (the CPU): on a GPU they mostly sit idle while the device computes."""
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
-    if workers == 0 or workers + threads <= cores or _waits_on_storage(run):
+    on_threads = run.device == "cpu"
+    if not on_threads or workers == 0 or workers + threads <= cores or _waits_on_storage(run):
         return []
     severity = "critical" if workers + threads >= 2 * cores else "warn"
     fewer = max(0, cores - threads)

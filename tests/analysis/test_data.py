@@ -81,6 +81,8 @@ def test_too_many_workers_on_two_cores_is_oversubscribed(image_sweep: SweepResul
     assert f"4 worker(s) + {threads} torch thread(s) (torch.get_num_threads())" in found.evidence
     assert found.knob == "workers" and found.value < 4
     assert "torch.set_num_threads" in found.advice
+    # The same run on a GPU: torch's threads sit idle while the device computes.
+    assert "oversubscribed" not in kinds(diagnose(replace(many, device="cuda")))
 
 
 def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> None:
