@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,11 +147,12 @@ class Cuda(Backend):
         torch.cuda.synchronize()
 
     def facts(self) -> dict[str, Any]:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout.split("\n")[0]
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        driver = (
+            subprocess.run(query, capture_output=True, text=True).stdout.split("\n")[0]
+            if shutil.which("nvidia-smi")
+            else ""
+        )
         return {
             **super().facts(),
             "source": "gpu",
