@@ -362,9 +362,9 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
 
 def oversubscribed(run: RunResult) -> list[Finding]:
     """Workers and torch's threads together over the cores, where the model trains on those
-    threads (the CPU): on a GPU they mostly sit idle while the device computes."""
+    threads (a synchronous device: the CPU); on a GPU they mostly sit idle while it computes."""
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
-    on_threads = run.device == "cpu"
+    on_threads = not device_for(run.device).asynchronous
     if not on_threads or workers == 0 or workers + threads <= cores or _waits_on_storage(run):
         return []
     severity = "critical" if workers + threads >= 2 * cores else "warn"
