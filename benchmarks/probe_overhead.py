@@ -38,7 +38,10 @@ to +24.8). On 2026-11-30, two runs of 12 x 20 cycles of 120-step blocks read the
 +9.2 (+1.6 to +24.9) and +12.4 (+4.0 to +20.4), SpeedProbe as +14.2 (+3.3 to +27.4) and +16.7
 (+7.3 to +26.4), the A/A control as +3.4 and -4.6: leaving the tail out moved SpeedProbe's
 figure by less than a run tells (on a machine that noisy, about 10 us either way), and its
-first 40 steps cost +3.1 and +4.4 ms once over bare's.
+first 40 steps cost +3.1 and +4.4 ms once over bare's. On 2026-11-30 again, the machine quieter
+(bare's zero-cost step 0.905 and 0.916 ms, against 1.355 ms then) and the probe's code the same,
+two runs read SpeedProbe +7.1 (+3.9 to +11.5) and +5.6 (+3.7 to +6.9), the known 10 us +10.8
+and +11.5, SimpleProfiler +23.3 and +22.8, the A/A control -0.5 and +0.6.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
         [--threads N] [--clock wall|cpu] [--places]
