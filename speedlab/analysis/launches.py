@@ -70,5 +70,9 @@ def launches_first(run: RunResult) -> bool:
     """Whether the device's own trace shows it waited on the host's launches (``launch_waits``)
     longer than it sat idle for want of input: then the launches limit the step before the data
     does, and the doctor names them, with the data wait in the same finding."""
-    waits, split = launch_waits(run), run.device_split
-    return bool(waits and waits[0]) and split is not None and split.launches > split.input
+    split = run.device_split
+    return (
+        split is not None
+        and split.launch_share >= LAUNCH_IDLE_SHARE
+        and split.launches > split.input
+    )
