@@ -89,6 +89,8 @@ TRACE_LASTING = 0.05
 """The most the device's trace of a warm-up step may slow every later launch of the process."""
 TRACE_SESSIONS = (1, 2, 4, 8)
 """The traces after which a launch is timed again: a cost each trace adds would grow with them."""
+LAUNCH_COSTS_TIMEOUT_S = 120
+"""A launch-cost process takes about 15 s (torch, Lightning and CUDA loading, 1.5 s timed)."""
 LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
 """The doctor's findings of a limit on the host's side (data, workers, launches) that each
 workload is built to have, or not to have."""
@@ -578,13 +580,19 @@ def check_trace_lasting(simulate: bool) -> list[Line]:
         name = "launches after the warm-up's trace" + (" (TEARDOWN_CUPTI=1)" if teardown else "")
         env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
         env.update({"TEARDOWN_CUPTI": teardown} if teardown else {})
-        done = subprocess.run(
-            [sys.executable, __file__, "--launch-costs", *(["--simulate"] if simulate else [])],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
         judged = not (simulate or teardown)
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--launch-costs", *(["--simulate"] if simulate else [])],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=LAUNCH_COSTS_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:  # a teardown that hangs must not take the check along
+            figure = f"its process did not end in {LAUNCH_COSTS_TIMEOUT_S} s"
+            lines.append(Line(name, False if judged else None, figure))
+            continue
         if done.returncode:
             print(f"--- {name} ---\n{done.stdout}{done.stderr}", flush=True)
             figure = f"its process ended with {done.returncode}"
