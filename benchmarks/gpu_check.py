@@ -16,7 +16,7 @@ On a lent GPU (16 cores, an H100) in at most 6 minutes, or on the simulated asyn
 - SpeedProbe's cost a step on 2 ms device steps, against bare Lightning and SimpleProfiler,
   their blocks of steps interleaved in one fit as ``benchmarks/probe_overhead.py`` does;
 - whether the device's trace of a warm-up step leaves every later launch of the process slower
-  (``check_trace_lasting``);
+  (``check_trace_lasting``; on the simulated device a known lasting cost must read as built);
 - ``pytest -m gpu`` and the rank tests;
 - each workload's step records written as JSON (``--record DIR``), for tests/fixtures/gpu/.
 
@@ -89,6 +89,9 @@ TRACE_LASTING = 0.05
 """The most the device's trace of a warm-up step may slow every later launch of the process."""
 TRACE_SESSIONS = (1, 2, 4, 8)
 """The traces after which a launch is timed again: a cost each trace adds would grow with them."""
+KNOWN_LASTING_S = 20e-6
+"""The known cost a launch, two fifths of a simulated one, that the simulated device's check
+leaves after its first trace: read 19.97 to 20.24 us in four runs."""
 LAUNCH_COSTS_TIMEOUT_S = 120
 """A launch-cost process takes about 15 s (torch, Lightning and CUDA loading, 1.5 s timed)."""
 LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
@@ -536,14 +539,20 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     ]
 
 
-def launch_costs(backend: Backend, launches: int, blocks: int) -> dict[str, Any]:
+def launch_costs(
+    backend: Backend, launches: int, blocks: int, known_s: float = 0.0
+) -> dict[str, Any]:
     """The host's seconds to launch a tiny kernel (the median of ``blocks`` blocks of
     ``launches``), twice before any trace ran in this process (the noise floor), then after each
     count of ``TRACE_SESSIONS`` traces of a block made as speedlab's probe makes its warm-up's;
-    and whether the traces recorded the device's work."""
+    and whether the traces recorded the device's work. ``known_s``: a known cost a launch that
+    the first trace leaves for every later one, which the figures must show."""
+    traced = 0
 
     def block() -> float:
         start = time.perf_counter()
+        if traced:  # first: the device's queue is empty (on the simulated one, its thread idle)
+            busy_wait(known_s * launches)
         backend.tiny_kernels(launches)
         elapsed = time.perf_counter() - start
         backend.synchronize()
@@ -554,7 +563,7 @@ def launch_costs(backend: Backend, launches: int, blocks: int) -> dict[str, Any]
 
     block()  # the first launches load the kernel
     before = [median(), median()]
-    after, traced, recorded = {}, 0, True
+    after, recorded = {}, True
     for sessions in TRACE_SESSIONS:
         while traced < sessions:
             watch = backend.busy_watch()
@@ -573,44 +582,61 @@ def check_trace_lasting(simulate: bool) -> list[Line]:
     only where TEARDOWN_CUPTI=1 (its CuptiActivityApi.cpp; pytorch/kineto#1539, open in August
     2026, would make that the default), and pytorch/pytorch#144455 reports training 10 to 20%
     slower after a trace without it. Each arm runs in a process of its own, where no trace ran
-    before: as speedlab runs, judged; with TEARDOWN_CUPTI=1, printed: the fix to weigh where
-    the first fails."""
+    before: as speedlab runs, judged on a GPU; with TEARDOWN_CUPTI=1, printed: the fix to weigh
+    where the first fails; on the simulated device, with a known lasting cost, judged: the
+    method must see it."""
+    arms = [("", 0.0), ("1", 0.0)] + ([("", KNOWN_LASTING_S)] if simulate else [])
     lines = []
-    for teardown in ("", "1"):
+    for teardown, known_s in arms:
         name = "launches after the warm-up's trace" + (" (TEARDOWN_CUPTI=1)" if teardown else "")
-        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
-        env.update({"TEARDOWN_CUPTI": teardown} if teardown else {})
-        judged = not (simulate or teardown)
-        try:
-            done = subprocess.run(
-                [sys.executable, __file__, "--launch-costs", *(["--simulate"] if simulate else [])],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=LAUNCH_COSTS_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:  # a teardown that hangs must not take the check along
-            figure = f"its process did not end in {LAUNCH_COSTS_TIMEOUT_S} s"
-            lines.append(Line(name, False if judged else None, figure))
+        if known_s:
+            name += f", a known +{known_s * 1e6:.2f} us a launch left by it"
+        costs = _launch_costs_process(simulate, teardown, known_s)
+        judged = bool(known_s) or not (simulate or teardown)
+        if isinstance(costs, str):
+            lines.append(Line(name, False if judged else None, costs))
             continue
-        if done.returncode:
-            print(f"--- {name} ---\n{done.stdout}{done.stderr}", flush=True)
-            figure = f"its process ended with {done.returncode}"
-            lines.append(Line(name, False if judged else None, figure))
-            continue
-        costs = json.loads(done.stdout.splitlines()[-1])
         first, again = costs["before"]
-        worst = max(costs["after"].values()) / first - 1
+        after = costs["after"].values()
+        worst = max(after) / first - 1
         figure = (
             f"a tiny kernel's launch {first * 1e6:.2f} us before any trace ({again * 1e6:.2f} "
             f"again), after {', '.join(costs['after'])} traces "
-            f"{', '.join(f'{c * 1e6:.2f}' for c in costs['after'].values())} us: "
-            f"{worst:+.1%} at most (allowed {TRACE_LASTING:+.0%})"
-            + ("" if costs["recorded"] else "; a trace recorded no work")
+            f"{', '.join(f'{c * 1e6:.2f}' for c in after)} us: {worst:+.1%} at most"
         )
-        ok = worst <= TRACE_LASTING and costs["recorded"]
+        if known_s:
+            read = statistics.median(after) - statistics.mean(costs["before"])
+            ok = abs(read - known_s) <= 0.2 * known_s
+            figure += f"; read {read * 1e6:+.2f} us a launch (allowed 20% off the known)"
+        else:
+            ok = worst <= TRACE_LASTING
+            figure += f" (allowed {TRACE_LASTING:+.0%})"
+        if not costs["recorded"]:
+            ok, figure = False, figure + "; a trace recorded no work"
         lines.append(Line(name, ok if judged else None, figure))
     return lines
+
+
+def _launch_costs_process(simulate: bool, teardown: str, known_s: float) -> dict[str, Any] | str:
+    """``launch_costs`` in a process of its own, with TEARDOWN_CUPTI set to ``teardown`` (unset
+    where empty); what went wrong, where it did."""
+    env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
+    env.update({"TEARDOWN_CUPTI": teardown} if teardown else {})
+    command = [sys.executable, __file__, "--launch-costs", f"--known-us={known_s * 1e6}"]
+    try:
+        done = subprocess.run(
+            command + (["--simulate"] if simulate else []),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=LAUNCH_COSTS_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:  # a teardown that hangs must not take the check along
+        return f"its process did not end in {LAUNCH_COSTS_TIMEOUT_S} s"
+    if done.returncode:
+        print(f"--- launch costs (TEARDOWN_CUPTI={teardown}) ---\n{done.stdout}{done.stderr}")
+        return f"its process ended with {done.returncode}"
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def check_pytest() -> list[Line]:
@@ -655,13 +681,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--launch-costs", action="store_true", help="only print launch_costs' JSON (a child's)"
     )
+    parser.add_argument("--known-us", type=float, default=0.0, help="launch_costs' known_s, in us")
     args = parser.parse_args(argv)
     if not args.simulate and not torch.cuda.is_available():
         print("FAIL no CUDA GPU here: run with --simulate (make gpu-check SIMULATE=1)")
         return 1
     if args.launch_costs:
         with backend_for(args.simulate) as backend:
-            print(json.dumps(launch_costs(backend, *((100, 3) if args.simulate else (2000, 15)))))
+            size = (100, 9) if args.simulate else (2000, 15)
+            print(json.dumps(launch_costs(backend, *size, known_s=args.known_us / 1e6)))
         return 0
     started = time.perf_counter()
     lines: list[Line] = []
