@@ -580,7 +580,7 @@ def check_trace_lasting(simulate: bool) -> list[Line]:
     """Whether the device's trace of a warm-up step (CUPTI's, through torch.profiler, on a
     GPU) leaves every later launch of the process slower. Kineto detaches CUPTI after a trace
     only where TEARDOWN_CUPTI=1 (its CuptiActivityApi.cpp; pytorch/kineto#1539, open in August
-    2026, would make that the default), and pytorch/pytorch#144455 reports training 10 to 20%
+    2026, would make that the default), and pytorch/pytorch#146604 reports training 10 to 20%
     slower after a trace without it. Each arm runs in a process of its own, where no trace ran
     before: as speedlab runs, judged on a GPU; with TEARDOWN_CUPTI=1, printed: the fix to weigh
     where the first fails; on the simulated device, with a known lasting cost, judged: the
