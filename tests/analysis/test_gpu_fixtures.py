@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.gpu_check import LIMIT_KINDS
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.launches import LAUNCH_IDLE_SHARE
 from speedlab.results.codec import from_plain
@@ -22,7 +23,6 @@ from speedlab.results.run import RunResult
 from speedlab.results.system import SystemSummary
 
 FIXTURES = sorted((Path(__file__).parents[1] / "fixtures" / "gpu").glob("*.json"))
-LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
 
 
 def recorded(path: Path) -> tuple[dict[str, Any], RunResult]:
