@@ -29,8 +29,9 @@ def steady_notes(run: RunResult) -> list[str]:
         )
     if s.recurring:
         notes.append(
-            f"{s.recurring} rounds of steps took over {PAUSE_FACTOR:.0f} times the typical one: "
-            "too many to be pauses, they are counted as part of the run's cost."
+            f"{s.recurring} rounds of steps each took over {PAUSE_FACTOR - 1:.0f} typical steps "
+            "longer than the typical round: too many to be pauses, they are counted as part of "
+            "the run's cost."
         )
     if abs(s.step_time / s.typical_step - 1) > UNEVEN:
         why = "the workers deliver in bursts" if run.loader_workers() else "the steps are uneven"
