@@ -5,7 +5,7 @@ counted in batch_time. A reader of the table sees why a figure is what it is."""
 from __future__ import annotations
 
 from speedlab.results.run import RunResult
-from speedlab.results.steady import PAUSE_FACTOR
+from speedlab.results.steady import PAUSE_FACTOR, PAUSE_MIN_S, Pause
 from speedlab.results.table import fmt_ms
 
 UNEVEN = 0.25
@@ -21,17 +21,22 @@ def steady_notes(run: RunResult) -> list[str]:
         return []
     notes = []
     if s.pauses:
-        steps = ", ".join(f"step {p.step + 1} ({fmt_ms(p.seconds)})" for p in s.pauses)
+        steps = ", ".join(f"step {p.step + 1} ({_paused(p)})" for p in s.pauses)
+        why = (
+            "a full garbage collection of the process's heap, which its size and history "
+            "bring on, not a knob"
+            if all(p.collected for p in s.pauses)
+            else "a garbage collection, a kernel's first use or other work on the machine"
+        )
         notes.append(
-            f"Paused: {steps} against a typical {fmt_ms(s.pauses[0].typical)}: a garbage "
-            "collection, a kernel's first use or other work on the machine; left out of the "
-            "figures."
+            f"Paused: {steps} against a typical {fmt_ms(s.pauses[0].typical)}: {why}; left out "
+            "of the figures."
         )
     if s.recurring:
         notes.append(
             f"{s.recurring} rounds of steps each took over {PAUSE_FACTOR - 1:.0f} typical steps "
-            "longer than the typical round: too many to be pauses, they are counted as part of "
-            "the run's cost."
+            f"longer than the typical round or ran {fmt_ms(PAUSE_MIN_S)} or more of full garbage "
+            "collection: too many to be pauses, they are counted as part of the run's cost."
         )
     if abs(s.step_time / s.typical_step - 1) > UNEVEN:
         why = "the workers deliver in bursts" if run.loader_workers() else "the steps are uneven"
@@ -47,3 +52,9 @@ def steady_notes(run: RunResult) -> list[str]:
             "counts it."
         )
     return notes
+
+
+def _paused(pause: Pause) -> str:
+    """A pause's length, and the full collection's part of it where it ran one."""
+    collected = f", {fmt_ms(pause.collected)} of it a full garbage collection"
+    return fmt_ms(pause.seconds) + (collected if pause.collected else "")

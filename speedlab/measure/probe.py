@@ -20,16 +20,15 @@ takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on th
 - samples: the loader's batch size where torch's own batching fixes it, the loader's last batch
   sized as it comes (``workload.full_batch``); elsewhere each batch's (``batch_size_of``).
 
-On an asynchronous device those edges are also marked in the device's queue, and the
-device's own stamps, read a few steps later, replace the host's figures
-(``speedlab.measure.devices.events``): data_time is then the time the device sat idle for want
-of input, the copy included (``copy_time``), and ``host_data_time`` keeps the host's wait for
-the loader, which the device's work may hide. Warm-up steps, which no figure counts, carry the
-watches (``speedlab.measure.watches``; the FLOPs against the device's peak, taken before the
-first step). What differs by device, the probe asks of ``speedlab.measure.devices.device_for``.
+On an asynchronous device the edges are marked in its queue too, and its stamps, read a few
+steps later, replace the host's figures (``speedlab.measure.devices.events``): data_time is the
+device's idle time for want of input, copy included (``copy_time``); ``host_data_time`` keeps
+the host's wait for the loader, which the device's work may hide. Warm-up steps carry the
+watches (``speedlab.measure.watches``); what differs by device comes from ``devices.device_for``.
 
 The training path only stamps the clock into the step log (``speedlab.measure.steps``, which
-builds the records on reading): no tensor allocation, no ``.item()``, no synchronize."""
+builds the records on reading; full garbage collections stamp themselves there): no tensor
+allocation, no ``.item()``, no synchronize."""
 
 from __future__ import annotations
 
@@ -276,6 +275,7 @@ class _SpeedProbeCore:
                 raise
         finally:
             self._taps.remove()
+            self._steps.heap.stop()
             if self.sampler is not None:
                 self.sampler.stop()
             self._watches.exit()  # the debug mode back as it was, if a step was cut short
@@ -359,6 +359,7 @@ class _SpeedProbeCore:
         self._watches = WarmupWatches(device, self.warmup, self._counted_step(pl_module))
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
         self._sync_step = getattr(self.distributed.sync, "close_step", None)
+        self._steps.heap.start()
         self._attach_taps(trainer, device)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -395,9 +396,7 @@ class _SpeedProbeCore:
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
             self._mark_open("val_end")
-            seconds = _perf() - self._val_start
-            self.phases[Phase.validation] += seconds
-            self._steps.validated(seconds)
+            self.phases[Phase.validation] += self._steps.validated(self._val_start, _perf())
 
     def _mark_open(self, point: str) -> None:
         if self._marks is not None:

@@ -6,7 +6,9 @@ so the path keeps only stamps: one at each fetch start (``begins``), the time th
 reached the device (``moved``), and one tuple a step (``steps``). The rest of a record is
 worked out here when the records are read (the live view's thread, the probe's logging, a
 device's timeline, the fit's end): the step's origin, its data_time, its wall once the next
-fetch or the epoch's end closes it (less validation run in between), its phase and epoch.
+fetch or the epoch's end closes it (less validation run in between), its phase and epoch, and
+its ``gc_time``: the full garbage collections that began in it (``speedlab.measure.heap``,
+whose callback stamps them in ``heap.spans`` in whichever thread collects).
 
 A step's origin is the last fetch start before its training batch, or its epoch's start for an
 epoch's first step (its wait includes the workers' start-up). Its data_time runs from there to
@@ -28,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from speedlab.measure.heap import FullCollections
 from speedlab.results.run import STEP_PHASES, Phase, empty_records
 
 Step = tuple[int, float, float, float, int]
@@ -47,13 +50,15 @@ class StepLog:
         self.fetch_ends: list[float] = []  # each fetch's end, where they do
         self.fetch_samples: list[int] = []  # the samples each of those fetches brought
         self._handed = 0  # batches the fetcher had handed over this epoch, at the last sizing
-        self.records: dict[str, list] = empty_records()
+        self.records: dict[str, list] = {**empty_records(), "gc_time": []}
         self._warmup = warmup
         self._compiled = compiled
         self._steady_from = max(warmup, int(compiled))
         self._epochs: dict[int, tuple[float, int]] = {}  # first step -> (start, epoch number)
         self._closes: dict[int, float] = {}  # step -> end other than a fetch start's
-        self._validation: dict[int, float] = {}  # step -> seconds of validation after it
+        self._validation: dict[int, list[tuple[float, float]]] = {}  # step -> its validations
+        self.heap = FullCollections()  # the fit's full garbage collections, once started
+        self._charged = 0  # collections charged to a closed step, or passed over
         self._epoch = 0  # of the last step built
         self._built = 0  # steps in the records
         self._origins: list[float] = []  # of the steps built
@@ -103,11 +108,13 @@ class StepLog:
         if index is not None:
             self._closes[index] = now
 
-    def validated(self, seconds: float) -> None:
-        """Validation ran for ``seconds`` inside the open step, which its wall leaves out."""
+    def validated(self, start: float, end: float) -> float:
+        """Validation ran from ``start`` to ``end`` inside the open step, which its wall (and its
+        ``gc_time``) leaves out; its seconds."""
         index = self.open_step()
         if index is not None:
-            self._validation[index] = self._validation.get(index, 0.0) + seconds
+            self._validation.setdefault(index, []).append((start, end))
+        return end - start
 
     # -- reading ------------------------------------------------------------------------
 
@@ -160,6 +167,7 @@ class StepLog:
         r["batch_time"] += [e - s - f for s, e, f in zip(start, end, fetching)]
         r["wall"] += [e - o for e, o in zip(end, origins)]
         r["samples"] += samples
+        r["gc_time"] += [0.0] * (n - built)  # charged as each step closes
         phases = [Phase.steady] * (n - built)
         for i in {*range(built, min(self._steady_from, n)), *firsts}:  # the rest are steady
             phases[i - built] = self._phase(i, i in firsts)
@@ -192,10 +200,26 @@ class StepLog:
         walls[opened : opened + closed] = [
             end - origins[i] for i, end in enumerate(ends[:closed], opened)
         ]
-        for index, seconds in list(self._validation.items()):
+        for index, spans in list(self._validation.items()):
             if opened <= index < opened + closed:
-                walls[index] -= seconds
+                walls[index] -= sum(end - start for start, end in spans)
+        if self._charged < len(self.heap.spans):
+            self._charge_collections(opened, ends[:closed])
         self._open = opened + closed
+
+    def _charge_collections(self, opened: int, ends: list[float]) -> None:
+        """``gc_time`` of the steps closed from ``opened``, at ``ends``: the full collections
+        that began between a step's origin and its end, outside its validation. One that began
+        between steps (an epoch's end, the fit's start) is no step's."""
+        spans, gc_time, origins = self.heap.spans, self.records["gc_time"], self._origins
+        for index, end in enumerate(ends, opened):
+            validation = self._validation.get(index, ())
+            while self._charged < len(spans) and spans[self._charged][0] < end:
+                start, stop = spans[self._charged]
+                validating = any(a <= start < b for a, b in validation)
+                if start >= origins[index] and not validating:
+                    gc_time[index] += stop - start
+                self._charged += 1
 
     def _phase(self, index: int, first: bool) -> str:
         """The phase of a step before the steady range, or an epoch's first."""

@@ -46,6 +46,9 @@ XLA_RECORD_KEYS = ("compile_time", "compiles", "host_transfers")
 """Records of a run on an XLA device only (speedlab.measure.devices.xla)."""
 DEVICE_RECORD_KEYS = ("host_data_time", "copy_time", "launch_lag", *XLA_RECORD_KEYS)
 """Records of a run on an asynchronous device only (see ``RunResult``)."""
+GC_RECORD_KEYS = ("gc_time",)
+"""Seconds of full garbage collection in each step (speedlab.measure.heap), which runs stored
+before it was measured lack."""
 WORKERS_CPU_MIN_PERCENT = 1.0
 """CPU (percent of a core) the child processes must use before they count as DataLoader
 workers when nothing else says how many workers there were."""
@@ -101,7 +104,9 @@ class RunResult:
     ``wall`` (wall time of the whole step, validation excluded, so it also holds other
     callbacks and logging), ``samples``, ``phase`` and ``epoch``. Figures are read from the
     steps in the ``steady`` phase by one rule (``steady``; speedlab.results.steady): averages
-    over whole rounds of the DataLoader workers, pauses left out and named. On an asynchronous device (CUDA) the steps' edges come from the
+    over whole rounds of the DataLoader workers, pauses left out and named; ``gc_time``, the
+    seconds of full garbage collection in each step, tells a collection's pause by what it is
+    (absent from runs stored before it was measured). On an asynchronous device (CUDA) the steps' edges come from the
     device's own timeline: data_time is the time the device sat idle for want of input,
     ``copy_time`` the host-to-device copy's part of it, and ``host_data_time`` the host's wait
     for the loader, which the device's work may hide; ``launch_lag`` (for the first steps, where
@@ -394,7 +399,9 @@ def _shown(value: Any) -> str:
 def _records_from_dict(records: dict[str, Any]) -> dict[str, Any]:
     """The step records, and the worker stamps (``pipeline``, see speedlab.measure.pipeline) if any."""
     out: dict[str, Any] = {k: list(records.get(k, [])) for k in RECORD_KEYS}
-    out.update({k: list(records[k]) for k in DEVICE_RECORD_KEYS if k in records})
+    out.update(
+        {k: list(records[k]) for k in (*DEVICE_RECORD_KEYS, *GC_RECORD_KEYS) if k in records}
+    )
     if "pipeline" in records:
         out["pipeline"] = {k: list(v) for k, v in records["pipeline"].items()}
     return out

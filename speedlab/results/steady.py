@@ -18,9 +18,12 @@ samples/s = samples / (steps x step_time).
   more than ``PAUSE_FACTOR - 1`` of its steps (a step alone: ``PAUSE_FACTOR`` times the typical
   one), and by at least ``PAUSE_MIN_S``, is a pause (a garbage collection, a kernel's first
   use, the machine busy with other work): it is left out of the figures and
-  listed with its step, so one pause never decides a verdict. Rounds that long must be rare to
-  be pauses: past ``PAUSE_MAX_SHARE`` of the rounds they recur, are part of the run's cost and
-  stay in.
+  listed with its step, so one pause never decides a verdict. So is a round that held
+  ``PAUSE_MIN_S`` or more of full garbage collection (``records["gc_time"]``, where measured):
+  the kernel's heap, not the run's steps, decides when one comes and how long it takes, and a
+  225 ms collection among 37 ms steps is six steps, too few for the rule of lengths. Rounds
+  like these must be rare to be pauses: past ``PAUSE_MAX_SHARE`` of the rounds they recur, are
+  part of the run's cost and stay in.
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ that come more often than this are how the run goes, not pauses."""
 
 @dataclass(frozen=True)
 class Pause:
-    """A steady step far longer than the run's others, left out of its figures."""
+    """A steady step far longer than the run's others, or one that ran a full garbage
+    collection (``collected`` seconds of it), left out of its figures."""
 
     step: int
     seconds: float
     typical: float
+    collected: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class Steady:
     """The figures of a run's steady steps under one rule (see the module's docstring).
 
     ``steps`` are the indices of the steps counted: whole rounds of the workers, pauses left
-    out. ``recurring`` counts the long rounds kept in because they came too often to be pauses.
+    out. ``recurring`` counts the rounds kept in because they came too often to be pauses.
     """
 
     steps: tuple[int, ...] = ()
@@ -105,22 +110,27 @@ def rounds(steps: Sequence[int], workers: int) -> list[list[int]]:
 def steady(records: Mapping[str, Sequence], steps: Sequence[int], workers: int) -> Steady:
     """The figures of ``steps`` (indices into the per-step ``records``) under the one rule."""
     wall, data = records["wall"], records["data_time"]
+    collected = records.get("gc_time") or [0.0] * len(wall)
     cut = rounds(steps, workers)
     if not cut:
         return Steady()
     times = [sum(wall[i] for i in r) for r in cut]
     typical = statistics.median(times)
     longest_usual = (PAUSE_FACTOR - 1) * typical / len(cut[0])  # typical steps a round may add
+    over = [t - typical for t in times]
+    collecting = [sum(collected[i] for i in r) for r in cut]
     long = [
-        k for k, t in enumerate(times) if t - typical > longest_usual and t - typical >= PAUSE_MIN_S
+        k
+        for k, (o, c) in enumerate(zip(over, collecting))
+        if (o > longest_usual and o >= PAUSE_MIN_S) or c >= PAUSE_MIN_S
     ]
     paused = set(long) if len(long) <= max(1, int(PAUSE_MAX_SHARE * len(cut))) else set()
     kept = tuple(i for k, r in enumerate(cut) if k not in paused for i in r)
     typical_step = statistics.median(wall[i] for i in kept)
     pauses = tuple(
-        Pause(step, wall[step], typical_step)
+        Pause(step, wall[step], typical_step, collected[step])
         for k in sorted(paused)
-        for step in [max(cut[k], key=lambda i: wall[i])]
+        for step in [max(cut[k], key=lambda i: (collected[i], wall[i]))]
     )
     n = len(kept)
     seconds = sum(wall[i] for i in kept)

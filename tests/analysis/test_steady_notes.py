@@ -19,6 +19,20 @@ def test_long_rounds_that_recur_are_said_to_be_counted() -> None:
         batch[i] = 0.2
     notes = steady_notes(run_of([0.0] * 61, batch))
     assert notes[0] == (
-        "6 rounds of steps each took over 9 typical steps longer than the typical round: too many "
-        "to be pauses, they are counted as part of the run's cost."
+        "6 rounds of steps each took over 9 typical steps longer than the typical round or ran "
+        "20.0 ms or more of full garbage collection: too many to be pauses, they are counted as "
+        "part of the run's cost."
+    )
+
+
+def test_a_full_collection_is_named_as_one() -> None:
+    batch = [0.037] * 61
+    batch[26] += 0.225
+    run = run_of([0.0] * 61, batch)
+    run.records["gc_time"] = [0.0] * 26 + [0.224] + [0.0] * 34
+    (note,) = steady_notes(run)
+    assert note == (
+        "Paused: step 27 (262.0 ms, 224.0 ms of it a full garbage collection) against a typical "
+        "37.0 ms: a full garbage collection of the process's heap, which its size and history "
+        "bring on, not a knob; left out of the figures."
     )

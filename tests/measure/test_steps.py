@@ -41,7 +41,7 @@ def test_an_epochs_steps_by_hand() -> None:
 def test_validation_inside_a_step_is_left_out_of_its_wall() -> None:
     log = StepLog(t0=0.0)
     step(log, 1.0, 1.1, 1.2, 1.5)
-    log.validated(0.25)
+    log.validated(1.3, 1.55)
     step(log, 2.0, 2.1, 2.2, 2.3)
     assert log.flush()["wall"][0] == pytest.approx(1.0 - 0.25)
     assert log.open_step() == 1
@@ -120,7 +120,7 @@ def test_steps_fed_the_iterator_wait_for_the_fetches_inside_their_training() -> 
     log.moved[0] = 2.3  # the step moved its batch itself, through the strategy: not a wait
     fed_the_iterator(log, [(1.8, 1.9), (2.0, 2.2)], 1.7, 2.5)  # two fetches: 0.1 + 0.2
     assert log.open_step() == 1  # a fetch inside the next step must not end it early
-    log.validated(0.05)
+    log.validated(2.5, 2.55)
     fed_the_iterator(log, [], 2.6, 2.7)  # a step that fetched nothing waited for nothing
     r = log.flush()
     assert r["t"] == pytest.approx([0.5, 1.7, 2.6])
@@ -145,3 +145,22 @@ def test_a_reader_between_a_fetch_and_its_steps_end_leaves_the_last_step_open() 
     r = log.flush()
     assert r["wall"] == pytest.approx([0.6, 0.3])
     assert r["data_time"] == pytest.approx([0.1, 0.1])
+
+
+def test_full_collections_are_charged_to_the_step_they_ran_in() -> None:
+    log = StepLog(t0=0.0)
+    log.begin_epoch(0.0, epoch=0)
+    step(log, 0.1, 0.2, 0.3, 0.6)
+    log.heap.spans.append((0.35, 0.45))  # in step 0's training batch
+    log.validated(0.7, 0.9)
+    log.heap.spans.append((0.75, 0.85))  # in its validation: no step's
+    step(log, 1.0, 1.1, 1.2, 1.3)
+    log.heap.spans.append((1.25, 1.27))  # in step 1, still open
+    assert log.flush()["gc_time"] == pytest.approx([0.1, 0.0])
+    log.close(1.4)
+    log.heap.spans.append((1.5, 1.6))  # between epochs: no step's
+    log.begin_epoch(1.7, epoch=1)
+    step(log, 1.8, 1.9, 2.0, 2.1)
+    log.heap.spans.append((1.95, 2.05))
+    log.close(2.2)
+    assert log.flush()["gc_time"] == pytest.approx([0.1, 0.02, 0.1])

@@ -78,3 +78,12 @@ def test_round_trip_through_dict_and_json() -> None:
     back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back.to_dict() == r.to_dict()
     assert back.samples_per_s == r.samples_per_s
+
+
+def test_the_full_collections_of_each_step_come_back_and_keep_a_pause_named() -> None:
+    r = run([0.0] * 61, [0.037] * 25 + [0.262] + [0.037] * 35)
+    r.records["gc_time"] = [0.0] * 25 + [0.225] + [0.0] * 35
+    back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.records["gc_time"] == r.records["gc_time"]
+    assert [p.step for p in back.steady.pauses] == [25]
+    assert "gc_time" not in RunResult.from_dict(run([0.0], [0.1]).to_dict()).records  # unknown

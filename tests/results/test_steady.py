@@ -96,3 +96,24 @@ def test_a_run_with_one_150_ms_pause_is_as_fast_as_the_same_run_without() -> Non
     assert b.samples_per_s / a.samples_per_s == pytest.approx(1.0)
     assert [p.step for p in b.steady.pauses] == [41]
     assert PAUSE_FACTOR * 0.005 < 0.155
+
+
+def test_a_full_collection_among_steps_alone_is_a_pause_by_what_it_is() -> None:
+    """A 225 ms collection among 37 ms steps without workers: six steps long, under the rule of
+    lengths (ten), averaged in without ``gc_time`` and named with it."""
+    walls = [0.037] * 60
+    walls[25] += 0.225
+    unknown = steady(_records(walls), range(60), 0)
+    assert not unknown.pauses and len(unknown.steps) == 60
+    known = steady({**_records(walls), "gc_time": [0.0] * 25 + [0.225] + [0.0] * 34}, range(60), 0)
+    assert [(p.step, p.collected) for p in known.pauses] == [(25, 0.225)]
+    assert known.step_time == pytest.approx(0.037)
+
+
+def test_a_short_collection_is_no_pause_and_many_are_the_runs_cost() -> None:
+    walls = [0.037] * 60
+    short = steady({**_records(walls), "gc_time": [0.0] * 59 + [0.019]}, range(60), 0)
+    assert not short.pauses and len(short.steps) == 60
+    every_tenth = [0.03 if i % 10 == 0 else 0.0 for i in range(60)]
+    recurring = steady({**_records(walls), "gc_time": every_tenth}, range(60), 0)
+    assert not recurring.pauses and recurring.recurring == 6 and len(recurring.steps) == 60
