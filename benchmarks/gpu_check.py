@@ -58,7 +58,6 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 import speedlab  # noqa: E402
 from benchmarks.probe_overhead import (  # noqa: E402
-    ARMS,
     KNOWN,
     KNOWN_S,
     SETTLE,
@@ -97,6 +96,15 @@ LAUNCH_COSTS_TIMEOUT_S = 120
 LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
 """The doctor's findings of a limit on the host's side (data, workers, launches) that each
 workload is built to have, or not to have."""
+
+
+class HostClockProbe(SpeedProbe):
+    """SpeedProbe with its device timeline off (no event marked or read), on the host's clock
+    alone: SpeedProbe's cost less this one's is what the timeline costs a step."""
+
+    def _attach_taps(self, trainer: Any, device: Any) -> None:
+        self._timeline = self._marks = None
+        super()._attach_taps(trainer, device)
 
 
 class Backend:
@@ -509,22 +517,27 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     cycle's bare one, over the cycles. Whole fits timed one after another read bare Lightning's
     own step 2131 to 2560 us a step from one round to the next on the H200, as wide as the cost
     being measured. A cost the probe leaves in the process for every later step falls on every
-    arm alike and does not show here: ``check_trace_lasting`` measures that one."""
+    arm alike and does not show here: ``check_trace_lasting`` measures that one. A sixth arm,
+    SpeedProbe on the host's clock alone (``HostClockProbe``), splits its cost into the host's
+    stamps and the device timeline's events."""
     two_ms = Workload("two_ms", work_s=0.002)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, 3 * SETTLE)
-    rotation = Rotation(block, random.Random(0), time.perf_counter)
-    steps = cycles * len(ARMS) * block + block
+    host = "speedprobe-host"
+    rotation = Rotation(block, random.Random(0), time.perf_counter, {host: HostClockProbe()})
+    steps = cycles * len(rotation.arms) * block + block
     cell(backend, two_ms, rotation, steps=steps)()
     found = rotation.cycles()
     if not found:
         return [Line("probe cost on 2 ms steps", False, "no complete cycle was timed")]
-    added = {arm: [(c[arm] - c["bare"]) * 1e6 for c in found] for arm in ARMS[1:]}
+    added = {arm: [(c[arm] - c["bare"]) * 1e6 for c in found] for arm in rotation.arms[1:]}
     probe, simple = (statistics.median(added[arm]) for arm in ("speedprobe", "simpleprofiler"))
     low, high = bootstrap_median([added["speedprobe"]], random.Random(1))
+    timeline = statistics.median(a - h for a, h in zip(added["speedprobe"], added[host]))
     figure = (
         f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over {len(found)} "
-        f"cycles), SimpleProfiler {simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
+        f"cycles; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
+        f"timeline's events {timeline:+.1f}), SimpleProfiler {simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
         f"{statistics.median(added[KNOWN]):+.1f}, bare again "
         f"{statistics.median(added['bare-again']):+.1f}; bare's step "
         f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms"

@@ -78,11 +78,19 @@ KNOWN_S = TARGET_US * 1e-6  # what the known arm adds to each step
 
 
 class Rotation(pl.Callback):
-    """Times every step and switches the arm every `block` steps, in a shuffled order."""
+    """Times every step and switches the arm every `block` steps, in a shuffled order. The
+    arms are ``ARMS``, with ``more`` probes (name: callback) beside SpeedProbe."""
 
-    def __init__(self, block: int, rng: random.Random, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        block: int,
+        rng: random.Random,
+        clock: Callable[[], float],
+        more: dict[str, pl.Callback] | None = None,
+    ) -> None:
         self.block, self.rng, self.clock = block, rng, clock
-        self.probe = SpeedProbe()
+        self.probes = {"speedprobe": SpeedProbe(), **(more or {})}
+        self.arms = (*ARMS, *(more or {}))
         self.simple = SimpleProfiler(dirpath=tempfile.gettempdir(), filename="speedlab-simple")
         self.arm = "bare"  # block 0: the run's warm-up, not counted
         self.block_no = 0
@@ -99,21 +107,23 @@ class Rotation(pl.Callback):
     ) -> None:
         if trainer.global_step % self.block:
             return
-        if self.block_no % len(ARMS) == 0:  # a new cycle: each arm once, in a new order
-            self.cycle = self.rng.sample(ARMS, len(ARMS))
-        self._switch(trainer, pl_module, self.cycle[self.block_no % len(ARMS)])
+        arms = self.arms
+        if self.block_no % len(arms) == 0:  # a new cycle: each arm once, in a new order
+            self.cycle = self.rng.sample(arms, len(arms))
+        self._switch(trainer, pl_module, self.cycle[self.block_no % len(arms)])
         self.block_no += 1
 
     def _switch(self, trainer: Any, pl_module: Any, arm: str) -> None:
-        if self.arm == "speedprobe":
-            self.probe.teardown(trainer, pl_module, "fit")
-            trainer.callbacks.remove(self.probe)
+        if self.arm in self.probes:
+            self.probes[self.arm].teardown(trainer, pl_module, "fit")
+            trainer.callbacks.remove(self.probes[self.arm])
         elif self.arm == "simpleprofiler":
             trainer.profiler = self.passthrough
-        if arm == "speedprobe":
-            trainer.callbacks.append(self.probe)  # after this callback: its hooks count
-            self.probe.setup(trainer, pl_module, "fit")
-            self.probe.on_train_start(trainer, pl_module)  # where it puts its taps on
+        if arm in self.probes:
+            probe = self.probes[arm]
+            trainer.callbacks.append(probe)  # after this callback: its hooks count
+            probe.setup(trainer, pl_module, "fit")
+            probe.on_train_start(trainer, pl_module)  # where it puts its taps on
         elif arm == "simpleprofiler":
             self.passthrough, trainer.profiler = trainer.profiler, self.simple
         self.arm = arm
@@ -136,10 +146,10 @@ class Rotation(pl.Callback):
         cycles: dict[int, dict[str, float]] = {}
         for block, (arm, times) in self._blocks().items():
             if len(times) > 2 * SETTLE:
-                cycle = cycles.setdefault((block - 1) // len(ARMS), {})
+                cycle = cycles.setdefault((block - 1) // len(self.arms), {})
                 cycle[arm] = statistics.median(times[SETTLE:-1])
                 cycle[f"{arm} start"] = sum(times[:SETTLE])
-        return [c for c in cycles.values() if len(c) == 2 * len(ARMS)]
+        return [c for c in cycles.values() if len(c) == 2 * len(self.arms)]
 
     def places(self) -> dict[str, list[float]]:
         """Per arm, the median step time at each place in its blocks (``--places``)."""
