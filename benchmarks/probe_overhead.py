@@ -245,16 +245,18 @@ def main() -> None:
             f"  the first {SETTLE} steps after a switch, left out above, over bare's: "
             + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in ARMS[1:])
         )
+        added_at = {arm: places_added(rotations, arm) for arm in ARMS[1:]}
+        warmup = SpeedProbe().warmup
+        print(
+            f"  SpeedProbe's first steady steps after a switch (places {warmup} to {warmup + 3}, "
+            "the median over runs) over bare's: "
+            + " ".join(f"{x:+.0f}" for x in added_at["speedprobe"][warmup : warmup + 4])
+            + " us (its warm-up's FLOP count slows the three steps after it)"
+        )
         if args.places:
             print("  each place in a block after a switch, the median over runs, over bare's (us):")
-            for arm in ARMS[1:]:
-                added_at = (
-                    statistics.median(
-                        (r["places"][arm][i] - r["places"]["bare"][i]) * 1e6 for r in rotations
-                    )
-                    for i in range(min(len(r["places"][arm]) for r in rotations))
-                )
-                print(f"    {arm:15s}", " ".join(f"{x:+.0f}" for x in added_at))
+            for arm, added_here in added_at.items():
+                print(f"    {arm:15s}", " ".join(f"{x:+.0f}" for x in added_here))
     mlp, zero = LABS
     print(
         f"Per-step cost measured on the {zero}, over the {mlp}'s {bare_step[mlp] * 1e3:.3f} ms step:"
@@ -273,6 +275,15 @@ def main() -> None:
         f"{TARGET_US:.0f}, and below SimpleProfiler's {simple:+.1f}; the known "
         f"{KNOWN_S * 1e6:.0f} us read {known:+.1f})"
     )
+
+
+def places_added(rotations: list[dict[str, Any]], arm: str) -> list[float]:
+    """``arm``'s step at each place in its blocks less bare's, in us: the median over runs."""
+    places = min(len(r["places"][arm]) for r in rotations)
+    return [
+        statistics.median((r["places"][arm][i] - r["places"]["bare"][i]) * 1e6 for r in rotations)
+        for i in range(places)
+    ]
 
 
 def rotation(lab: str, seed: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """FLOPs: what one training step computes, counted once, and the most the device can do.
 
-``FlopWatch`` counts one warm-up step (the last, which the figures leave out anyway) with
-torch's ``FlopCounterMode``: matmuls, convolutions and attention, forward and backward, each by
+``FlopWatch`` counts one warm-up step (``counted_step``, which the figures leave out anyway)
+with torch's ``FlopCounterMode``: matmuls, convolutions and attention, forward and backward, each by
 its formula (a multiply-add is 2 FLOPs). Elementwise work is not counted, as in every MFU
 figure. It never counts around a compiled module: the counter would run inside code that
 dynamo traced, and could make it compile again. An op that does arithmetic but has no formula
@@ -23,6 +23,12 @@ from typing import Any
 HEAVY_OP = re.compile(r"mm|conv|attention|rnn|lstm|gru", re.IGNORECASE)
 """Ops whose names say they do a step's arithmetic: one of these with no formula in torch's
 flop registry makes the count unknown."""
+COUNT_TAIL = 3
+"""Steps after the counted one that still run slower than the same steps without a count:
++100, +46 and +80 us, then +31, on the 0.93 ms zero-cost step and +325, +96, +86, +61 on the
+1.6 ms MLP lab's (``benchmarks/probe_overhead.py --places``, the median of 40 cycles over the
+same steps' without the probe). The count comes that many steps before the warm-up ends, where
+warm-up allows, so they fall in warm-up too."""
 PEAK_SIZE = 1024
 """Side of the square matmul that measures a CPU's peak: large enough that its time is
 arithmetic (about 2 GFLOP), small enough to take a fraction of a second."""
@@ -99,12 +105,13 @@ def is_compiled(module: Any) -> bool:
 
 
 def counted_step(module: Any, warmup: int, compiled: bool | None, counts: bool) -> int | None:
-    """The step whose FLOPs are counted: the last warm-up step, which no figure counts; None
-    without warm-up, around a compiled module, or where counting would change the step on the
-    device (``counts``: ``Device.counts_flops``)."""
+    """The step whose FLOPs are counted: a warm-up step, which no figure counts, ``COUNT_TAIL``
+    steps before the first steady one (the first step, where warm-up is shorter); None without
+    warm-up, around a compiled module, or where counting would change the step on the device
+    (``counts``: ``Device.counts_flops``)."""
     if not warmup or compiled or not counts or is_compiled(module):
         return None
-    return warmup - 1
+    return max(0, warmup - 1 - COUNT_TAIL)
 
 
 class FlopWatch:

@@ -11,7 +11,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from speedlab.measure.flops import FlopWatch, gpu_peak, is_compiled, matmul_peak, precision_dtype
+from speedlab.measure.flops import (
+    COUNT_TAIL,
+    FlopWatch,
+    counted_step,
+    gpu_peak,
+    is_compiled,
+    matmul_peak,
+    precision_dtype,
+)
 from speedlab.measure.probe import SpeedProbe
 
 BATCH = 32
@@ -64,11 +72,11 @@ def fit(model: pl.LightningModule, probe: SpeedProbe | None, steps: int = 8) -> 
 
 
 def test_a_plain_mlps_step_is_six_flops_a_weight_a_sample() -> None:
-    probe = SpeedProbe(warmup=3, sample_system=False)
+    probe = SpeedProbe(warmup=6, sample_system=False)
     fit(MLP(), probe)
     flops = probe.result().flops
     weights = sum(a * b for a, b in pairwise(WIDTHS))
-    assert flops["step"] == 2  # the last warm-up step, which no figure counts
+    assert flops["step"] == 2  # a warm-up step, three before the first steady one
     assert flops["per_step"] == pytest.approx(6 * BATCH * weights, rel=0.05)
     assert flops["uncounted"] == []
     assert probe.flops_per_sample == flops["per_step"] / BATCH  # what the live view reads
@@ -175,3 +183,14 @@ def test_the_precision_names_the_dtype_of_the_matmuls() -> None:
         torch.float64,
         torch.float32,
     ]
+
+
+def test_the_count_comes_early_enough_that_the_steps_it_slows_are_warm_up() -> None:
+    linear = torch.nn.Linear(2, 2)
+    chosen = {w: counted_step(linear, w, False, True) for w in (0, 1, 3, 4, 5, 9)}
+    assert chosen == {0: None, 1: 0, 3: 0, 4: 0, 5: 1, 9: 5}
+    assert all(w - 1 - chosen[w] == COUNT_TAIL for w in (4, 5, 9))
+    assert (
+        counted_step(linear, 5, True, True) is None
+        and counted_step(linear, 5, False, False) is None
+    )

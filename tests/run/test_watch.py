@@ -8,7 +8,7 @@ import pytest
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.labs.tabular import MLP
-from speedlab.measure.flops import matmul_peak
+from speedlab.measure.flops import COUNT_TAIL, matmul_peak
 from speedlab.results.run import empty_records
 from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import plan_sweep, run_sweep
@@ -98,8 +98,9 @@ def test_a_real_fits_live_mfu_agrees_with_its_result_and_its_peak_comes_before_t
     first, peak, measured = seen[0]
     assert measured >= 1 and matmul_peak.cache_info().misses == measured  # none after step 1
     assert run.flops["peak"] == peak["peak"] > 0 and "measured" in peak["peak_source"]
-    assert first.mfu is None and seen[warmup - 1][0].mfu is None  # the count is step 5's
-    assert seen[warmup][0].mfu is not None
+    counted = warmup - 1 - COUNT_TAIL
+    assert first.mfu is None and seen[counted][0].mfu is None  # the count is step 1's
+    assert seen[counted + 1][0].mfu is not None
     last = view.states[-1]
     assert last.steps == run.steps == warmup + _RECENT
     assert last.mfu == pytest.approx(run.mfu, rel=1e-9) and 0 < run.mfu <= 1
