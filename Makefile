@@ -31,11 +31,12 @@ EDGE_PYTHONS ?= 3.10 3.13
 # The part of the suite that `make test` also runs on EDGE_PYTHONS, in venvs without torch
 # (.edge-3.10, ...): the version-sensitive parts that need none (a rank's exit handler and
 # hand-over in forked processes, forking beside speedlab's threads, the kernel's output capture,
-# pyproject parsing) with the results, the system sampler and the knobs. PyPI's torch for those
+# pyproject parsing, the garbage collector's callbacks) with the results, the system sampler and
+# the knobs. PyPI's torch for those
 # Pythons is a CUDA build of several GB, whose download took CI most of its time; the whole
 # suite, real DDP ranks included, runs on every Python with `make test-pythons`.
 EDGE_TESTS   ?= tests/results tests/measure/test_ranks_exit.py tests/measure/test_fork_pause.py \
-                tests/measure/test_system.py tests/measure/test_cgroup.py \
+                tests/measure/test_system.py tests/measure/test_cgroup.py tests/measure/test_heap.py \
                 tests/notebook/test_capture.py \
                 tests/notebook/test_tables.py tests/notebook/test_report.py \
                 tests/notebook/test_plots.py tests/test_binder.py tests/test_layout.py \
