@@ -543,12 +543,21 @@ def check_probe_cost(backend: Backend) -> list[Line]:
         f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms"
     )
     judged = None if backend.simulated else probe <= PROBE_COST_US and probe < simple
+    places, warmup = rotation.places(), SpeedProbe().warmup
+    tail = [(places["speedprobe"][i] - places["bare"][i]) * 1e6 for i in range(warmup, warmup + 4)]
     return [
         Line(
             f"probe cost on 2 ms steps (<= {PROBE_COST_US:.0f} us, below SimpleProfiler)",
             judged,
             figure,
-        )
+        ),
+        Line(
+            "SpeedProbe's first steady steps after it is attached, over bare's",
+            None,
+            " ".join(f"{x:+.0f}" for x in tail)
+            + " us (the warm-up's watches end before them: the FLOP count three steps before, "
+            "the device's trace on the last warm-up step)",
+        ),
     ]
 
 
