@@ -60,6 +60,7 @@ import speedlab  # noqa: E402
 from benchmarks.probe_overhead import (  # noqa: E402
     KNOWN,
     KNOWN_S,
+    PROBE_WARMUP,
     SETTLE,
     Rotation,
     bootstrap_median,
@@ -524,7 +525,9 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, 3 * SETTLE)
     host = "speedprobe-host"
-    rotation = Rotation(block, random.Random(0), time.perf_counter, {host: HostClockProbe()})
+    rotation = Rotation(
+        block, random.Random(0), time.perf_counter, {host: HostClockProbe(warmup=PROBE_WARMUP)}
+    )
     steps = cycles * len(rotation.arms) * block + block
     cell(backend, two_ms, rotation, steps=steps)()
     found = rotation.cycles()
@@ -543,8 +546,11 @@ def check_probe_cost(backend: Backend) -> list[Line]:
         f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms"
     )
     judged = None if backend.simulated else probe <= PROBE_COST_US and probe < simple
-    places, warmup = rotation.places(), SpeedProbe().warmup
-    tail = [(places["speedprobe"][i] - places["bare"][i]) * 1e6 for i in range(warmup, warmup + 4)]
+    places = rotation.places()
+    tail = [
+        (places["speedprobe"][i] - places["bare"][i]) * 1e6
+        for i in range(PROBE_WARMUP, PROBE_WARMUP + 4)
+    ]
     return [
         Line(
             f"probe cost on 2 ms steps (<= {PROBE_COST_US:.0f} us, below SimpleProfiler)",
@@ -724,8 +730,9 @@ def main(argv: list[str] | None = None) -> int:
         for check in (check_workers_sweep, check_error):
             lines.append(check(backend))
             print(lines[-1], flush=True)
-        lines += check_probe_cost(backend)
-        print(lines[-1], flush=True)
+        cost = check_probe_cost(backend)
+        print("\n".join(map(str, cost)), flush=True)
+        lines += cost
     lasting = check_trace_lasting(args.simulate)
     print("\n".join(map(str, lasting)), flush=True)
     lines += lasting + check_pytest()

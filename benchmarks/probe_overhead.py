@@ -72,6 +72,7 @@ from speedlab.measure.probe import SpeedProbe
 KNOWN = "known-10us"
 ARMS = ("bare", "bare-again", "speedprobe", "simpleprofiler", KNOWN)
 LABS = ("MLP lab", "zero-cost step")
+PROBE_WARMUP = 5  # SpeedProbe's warm-up in its arms: its steady steps start at this place
 SETTLE = 40  # steps left out after each switch: the probe's warm-up and what its FLOP count leaves
 TARGET_US = 10.0
 KNOWN_S = TARGET_US * 1e-6  # what the known arm adds to each step
@@ -89,7 +90,7 @@ class Rotation(pl.Callback):
         more: dict[str, pl.Callback] | None = None,
     ) -> None:
         self.block, self.rng, self.clock = block, rng, clock
-        self.probes = {"speedprobe": SpeedProbe(), **(more or {})}
+        self.probes = {"speedprobe": SpeedProbe(warmup=PROBE_WARMUP), **(more or {})}
         self.arms = (*ARMS, *(more or {}))
         self.simple = SimpleProfiler(dirpath=tempfile.gettempdir(), filename="speedlab-simple")
         self.arm = "bare"  # block 0: the run's warm-up, not counted
@@ -246,11 +247,11 @@ def main() -> None:
             + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in ARMS[1:])
         )
         added_at = {arm: places_added(rotations, arm) for arm in ARMS[1:]}
-        warmup = SpeedProbe().warmup
+        first = added_at["speedprobe"][PROBE_WARMUP : PROBE_WARMUP + 4]
         print(
-            f"  SpeedProbe's first steady steps after a switch (places {warmup} to {warmup + 3}, "
-            "the median over runs) over bare's: "
-            + " ".join(f"{x:+.0f}" for x in added_at["speedprobe"][warmup : warmup + 4])
+            f"  SpeedProbe's first steady steps after a switch (places {PROBE_WARMUP} to "
+            f"{PROBE_WARMUP + 3}, the median over runs) over bare's: "
+            + " ".join(f"{x:+.0f}" for x in first)
             + " us (its warm-up's FLOP count slows the three steps after it)"
         )
         if args.places:

@@ -1,7 +1,7 @@
 """Full garbage collections during a fit, stamped on the host's clock.
 
 A full collection walks every object of the process. In a notebook kernel with Lightning,
-torch and IPython imported (about 370 thousand objects) one takes 200 to 250 ms: the length of
+torch and IPython imported (about 370 thousand objects) one took 213 to 264 ms here: the length of
 ten short steps. CPython runs one when the objects that survived the young collections have
 grown by a quarter since the last, so what brings it on is the kernel's history (data loaded,
 runs kept), not the run's knobs, and a run that meets one pays for the kernel's state. Young

@@ -477,6 +477,7 @@ def test_exception_keeps_partial_result_and_unwraps_profiler() -> None:
                 raise RuntimeError("boom")
             return super().training_step(batch, batch_idx)
 
+    before = list(gc.callbacks)
     probe = SpeedProbe(sample_system=False)
     t = trainer(probe, max_steps=30)
     with pytest.raises(RuntimeError, match="boom"):
@@ -484,6 +485,7 @@ def test_exception_keeps_partial_result_and_unwraps_profiler() -> None:
     assert probe.result().steps == 9
     assert isinstance(probe.exception, RuntimeError)
     assert lightning_leftovers(t) == {}
+    assert gc.callbacks == before  # the full collections' watch is off again
 
 
 def test_compiled_model_marks_its_first_step_as_compile() -> None:
