@@ -104,7 +104,7 @@ class HostClockProbe(SpeedProbe):
     alone: SpeedProbe's cost less this one's is what the timeline costs a step."""
 
     def _attach_taps(self, trainer: Any, device: Any) -> None:
-        self._timeline = self._marks = None
+        self._timeline = None
         super()._attach_taps(trainer, device)
 
 

@@ -43,8 +43,19 @@ first 40 steps cost +3.1 and +4.4 ms once over bare's. On 2026-11-30 again, the 
 two runs read SpeedProbe +7.1 (+3.9 to +11.5) and +5.6 (+3.7 to +6.9), the known 10 us +10.8
 and +11.5, SimpleProfiler +23.3 and +22.8, the A/A control -0.5 and +0.6.
 
+``--timeline`` adds an arm on an asynchronous device's path: SpeedProbe with a device timeline
+whose events the host's clock stamps as they are recorded (``TimelineProbe``), so it costs what
+the timeline's own Python costs on a GPU, its event calls aside; a GPU is lent too rarely to
+tune that path on one. On 2026-11-30 the timeline was reworked to record four events a step
+and to work out which step each belongs to only when reading them (it had kept marks per step,
+five a step). Runs of the code before and after, alternating, each a rotation with such an arm
+(eight runs of each, then ten): the arm read +35.0 and +38.0 us a step before, +23.9 and +23.8
+after, where SpeedProbe on the host's clock read +9.7 and +8.0 before, +10.3 and +8.4 after.
+The full run with ``--timeline`` then read the path at +25.5 us, +17.5 over the host's clock
+(SpeedProbe +8.1, the known 10 us +15.4).
+
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
-        [--threads N] [--clock wall|cpu] [--places]
+        [--threads N] [--clock wall|cpu] [--places] [--timeline]
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, busy_wait, tabular_lab
+from speedlab.measure.devices.events import EventTimeline
 from speedlab.measure.probe import SpeedProbe
 
 KNOWN = "known-10us"
@@ -163,23 +175,56 @@ class Rotation(pl.Callback):
         return {arm: [statistics.median(c) for c in columns] for arm, columns in at.items()}
 
 
+class HostEvent:
+    """An event the host's clock stamps as it is recorded: a device with nothing to run."""
+
+    __slots__ = ("stamp",)
+
+    def record(self, *stream: Any) -> None:
+        self.stamp = time.perf_counter()
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.stamp - self.stamp) * 1e3
+
+
+class TimelineProbe(SpeedProbe):
+    """SpeedProbe on an asynchronous device's path (its timeline's stamps and their reading),
+    with events that cost nothing (``HostEvent``): what the timeline's own Python adds a step
+    on a GPU, beside the GPU's event calls, measured where no GPU is."""
+
+    def _attach_taps(self, trainer: Any, device: Any) -> None:
+        self._timeline = EventTimeline(HostEvent, lambda: None)
+        self.records.update(host_data_time=[], copy_time=[])
+        super()._attach_taps(trainer, device)
+
+
+TIMELINE = "timeline path"
+
+
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 """wall: the step's wall time. cpu: the CPU seconds the whole process (the probe's sampler
 thread included) spent in it, which leaves out the time a shared machine's other tenants took
 the core from it."""
 
 
-def run(lab: str, cycles: int, block: int, rng: random.Random, clock: str) -> Rotation:
-    """One training run of `cycles` cycles on one of LABS, timed by one of CLOCKS."""
-    rotation = Rotation(block, rng, CLOCKS[clock])
+def run(
+    lab: str, cycles: int, block: int, rng: random.Random, clock: str, timeline: bool = False
+) -> Rotation:
+    """One training run of `cycles` cycles on one of LABS, timed by one of CLOCKS; with
+    ``timeline``, ``TimelineProbe`` is an arm too."""
+    more = {TIMELINE: TimelineProbe(warmup=PROBE_WARMUP)} if timeline else None
+    rotation = Rotation(block, rng, CLOCKS[clock], more)
     if lab == "MLP lab":
         model, data = tabular_lab()
     else:
-        n = 8 * (cycles + 1) * len(ARMS) * block  # one epoch: no epoch start among the blocks
+        n = 8 * (cycles + 1) * len(rotation.arms) * block  # one epoch: no epoch start in blocks
         samples = TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
         model, data = KnownCostModel(step_s=0.0), DataLoader(samples, batch_size=8)
     trainer = pl.Trainer(
-        max_steps=cycles * len(ARMS) * block + block,
+        max_steps=cycles * len(rotation.arms) * block + block,
         accelerator="cpu",
         devices=1,
         callbacks=[rotation],
@@ -195,7 +240,7 @@ def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
     and start (``Rotation.cycles``); per arm, its step at each place in a block."""
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
-    rotation = run(lab, args.cycles, args.block, rng, args.clock)
+    rotation = run(lab, args.cycles, args.block, rng, args.clock, args.timeline)
     return {"cycles": rotation.cycles(), "places": rotation.places()}
 
 
@@ -207,6 +252,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--clock", choices=CLOCKS, default="wall")
     parser.add_argument("--places", action="store_true", help="each place in a block, by arm")
+    parser.add_argument(
+        "--timeline", action="store_true", help="an arm on a GPU's path, its events costless"
+    )
     parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one rotation, as JSON
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -221,13 +269,14 @@ def main() -> None:
     )
     rng = random.Random(0)
     bare_step, added = {}, {}
+    arms = (*ARMS, TIMELINE) if args.timeline else ARMS
     for lab in LABS:
         rotations = [rotation(lab, seed) for seed in range(args.repeats)]
         runs = [r["cycles"] for r in rotations]
         cycles = [c for run_cycles in runs for c in run_cycles]
         bare_step[lab] = statistics.median(c["bare"] for c in cycles)
         print(f"{lab}, median step {args.clock} time, {len(cycles)} complete cycles:")
-        for arm in ARMS:
+        for arm in arms:
             q1, median, q3 = statistics.quantiles([c[arm] / c["bare"] for c in cycles], n=4)
             per_run = [[c[arm] - c["bare"] for c in run_cycles] for run_cycles in runs]
             added[lab, arm] = statistics.median(x for run_added in per_run for x in run_added)
@@ -240,19 +289,20 @@ def main() -> None:
                 f"runs {each})"
             )
         start = {
-            a: statistics.median(c[f"{a} start"] - c["bare start"] for c in cycles) for a in ARMS
+            a: statistics.median(c[f"{a} start"] - c["bare start"] for c in cycles) for a in arms
         }
         print(
             f"  the first {SETTLE} steps after a switch, left out above, over bare's: "
-            + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in ARMS[1:])
+            + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in arms[1:])
         )
-        added_at = {arm: places_added(rotations, arm) for arm in ARMS[1:]}
+        added_at = {arm: places_added(rotations, arm) for arm in arms[1:]}
         first = added_at["speedprobe"][PROBE_WARMUP : PROBE_WARMUP + 4]
         print(
             f"  SpeedProbe's first steady steps after a switch (places {PROBE_WARMUP} to "
             f"{PROBE_WARMUP + 3}, the median over runs) over bare's: "
             + " ".join(f"{x:+.0f}" for x in first)
-            + " us (its warm-up's FLOP count slows the three steps after it)"
+            + " us (its FLOP count, at place 1, slows places 2 to 4: these show what else of "
+            "an attach lasts into the steady steps)"
         )
         if args.places:
             print("  each place in a block after a switch, the median over runs, over bare's (us):")
@@ -262,7 +312,7 @@ def main() -> None:
     print(
         f"Per-step cost measured on the {zero}, over the {mlp}'s {bare_step[mlp] * 1e3:.3f} ms step:"
     )
-    for arm in ARMS[1:]:
+    for arm in arms[1:]:
         ratio = 1 + added[zero, arm] / bare_step[mlp]
         print(f"  {arm:15s} {added[zero, arm] * 1e6:+6.1f} us a step: ratio {ratio:.3f}")
     ratio = 1 + added[zero, "speedprobe"] / bare_step[mlp]
@@ -276,6 +326,12 @@ def main() -> None:
         f"{TARGET_US:.0f}, and below SimpleProfiler's {simple:+.1f}; the known "
         f"{KNOWN_S * 1e6:.0f} us read {known:+.1f})"
     )
+    if args.timeline:
+        path = added[zero, TIMELINE] * 1e6
+        print(
+            f"INFO the timeline path {path:+.1f} us a step, {path - probe:+.1f} over the host's "
+            "clock: a GPU's path less its event calls (four records a step, and their reading)"
+        )
 
 
 def places_added(rotations: list[dict[str, Any]], arm: str) -> list[float]:

@@ -26,7 +26,8 @@ import speedlab.measure.devices
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.devices import CpuDevice
 from speedlab.measure.devices.busy import BusyWatch
-from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.devices.events import EventTimeline, Timeline
+from speedlab.measure.steps import StepLog
 
 STEP_S = 0.02
 """The device's work a step, unless a test says otherwise."""
@@ -127,6 +128,57 @@ class SimulatedTrace:
     def stop(self) -> list[tuple[float, float]]:
         self._device.synchronize()
         return self._device.spans[self._first : self._device.launched]
+
+
+class ProbeCalls:
+    """SpeedProbe's calls to a timeline and to the host's step log, in its order, for tests
+    that drive a timeline without a fit (a fit runs them in ``probe_on_simulated_device``)."""
+
+    def __init__(self, timeline: Timeline, *, inside: bool = False) -> None:
+        self.timeline, self.log = timeline, StepLog(time.perf_counter())
+        self.log.fetches_inside = inside  # the steps fetch their batches in their training
+        timeline.watch(self.log)
+
+    def epoch(self, epoch: int = 0) -> None:
+        self.close()
+        self.log.begin_epoch(time.perf_counter(), epoch)
+        self.timeline.epoch(epoch)
+
+    def fetch_start(self) -> None:
+        self.log.begins.append(time.perf_counter())
+        self.timeline.fetch_start()
+
+    def fetch_end(self) -> None:
+        if self.log.fetches_inside:
+            self.log.fetch_ends.append(time.perf_counter())
+            self.log.fetch_samples.append(8)
+        self.timeline.fetch_end()
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+        self.timeline.start()
+
+    def end(self) -> None:
+        """The training batch ended; the probe records the step."""
+        self.timeline.end()
+        log = self.log
+        log.steps.append((len(log.begins), log.moved[0], self._start, time.perf_counter(), 8))
+
+    def close(self) -> None:
+        self.timeline.close()
+        self.log.close(time.perf_counter())
+
+    def validation(self, work: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        self.timeline.validation_start()
+        work()
+        self.timeline.validation_end()
+        self.log.validated(started, time.perf_counter())
+
+    def records(self, steps: int) -> dict[str, list]:
+        """What the probe records from the host's clock, before the device's figures replace
+        them: ``steps`` of them."""
+        return {key: [0.0] * steps for key in ("data_time", "copy_time", "batch_time", "wall")}
 
 
 @contextlib.contextmanager

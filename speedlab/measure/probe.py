@@ -20,11 +20,10 @@ takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on th
 - samples: the loader's batch size where torch's own batching fixes it, the loader's last batch
   sized as it comes (``workload.full_batch``); elsewhere each batch's (``batch_size_of``).
 
-On an asynchronous device the edges are marked in its queue too, and its stamps, read a few
-steps later, replace the host's figures (``speedlab.measure.devices.events``): data_time is the
-device's idle time for want of input, copy included (``copy_time``); ``host_data_time`` keeps
-the host's wait for the loader, which the device's work may hide. Warm-up steps carry the
-watches (``speedlab.measure.watches``); what differs by device comes from ``devices.device_for``.
+On an asynchronous device each stamp is an event in its queue too, read a few steps later: the
+device's stamps replace the host's figures by the same rules (``devices.events``). data_time
+is then its idle time for want of input, copy included (``copy_time``); ``host_data_time`` the
+host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``device_for``.
 
 The training path only stamps the clock into the step log (``speedlab.measure.steps``, which
 builds the records on reading; full garbage collections stamp themselves there): no tensor
@@ -41,7 +40,7 @@ from typing import Any
 
 from speedlab.measure.compat import batch_untouched, callback_bases, feeds_iterator, quiet_fetch
 from speedlab.measure.devices import Device, device_for
-from speedlab.measure.devices.events import StepMarks, Timeline
+from speedlab.measure.devices.events import Timeline, stamped
 from speedlab.measure.flops import counted_step, peak_of
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
@@ -112,7 +111,6 @@ class _SpeedProbeCore:
         self._losses: list[tuple[int, Any]] = []
         self._trained: list[Any] = [None]  # the outputs of the last step that had any
         self._timeline: Timeline | None = None
-        self._marks: StepMarks | None = None
         self._watches = WarmupWatches()
         self._sync_step: Any = None  # a rank's sync timer's close_step, in a distributed fit
         self._active = True
@@ -122,13 +120,13 @@ class _SpeedProbeCore:
         they pass calls on: another probe's wrappers may sit on top, and put them back."""
         loop, ranks = trainer.fit_loop.epoch_loop, self.distributed
         watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
-        timeline, marks = self._timeline, self._marks
-        mark = timeline.mark if timeline is not None else None
-        log = self._steps
+        timeline, log = self._timeline, self._steps
         fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
         log.fetches_inside = inside = feeds_iterator(fetcher)
+        if timeline is not None:
+            timeline.watch(log)
         moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
-        begins = log.begins.append if mark is None else self._begin_marked
+        begins = log.begins.append
         loaders, every, trained = self._loaders, self.log_every_n_steps, self._trained
         size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
         # A step fed the loader's iterator counts its fetches' samples (StepLog.size_fetches)
@@ -137,7 +135,7 @@ class _SpeedProbeCore:
         # where torch's own batching fixes a batch's samples, the last batch alone is sized
         full = full_batch(trainer, fetcher)  # None for several loaders or the fed iterator
         after = self._after_step if timeline is not None or self._sync_step else None
-        host_clock = mark is None and not inside and not watch_errors  # stamps only
+        host_clock = timeline is None and not inside and not watch_errors  # stamps only
         moved_as_fetched = (  # the batch is on the device as its fetch ends
             host_clock
             and device.host_memory
@@ -146,31 +144,43 @@ class _SpeedProbeCore:
         )
 
         def fetch_start(original: Any) -> Any:
-            if host_clock and quiet_fetch(trainer, "_on_before_fetch"):
+            quiet = quiet_fetch(trainer, "_on_before_fetch")
+            if host_clock and quiet:
                 return map(begins, iter(_perf, None)).__next__  # the stamp in C: no frame
+            stamp = timeline.fetch_start if timeline is not None else None
 
             def fetch_starts() -> None:
-                original()
+                if not quiet:
+                    original()
                 if self._active:
                     begins(_perf())
+                    if stamp is not None:
+                        stamp()
 
             return fetch_starts
 
         def fetch_end(original: Any) -> Any:
+            stamp = timeline.fetch_end if timeline is not None and inside else None
+
             def fetch_ends() -> None:
                 if watch_errors and (error := sys.exc_info()[1]) is not None:
                     ranks.saw(error)
                 if self._active:
                     if inside:
                         log.fetch_ended(_perf(), fetcher, size)
-                    if marks is not None:
-                        marks.fetch_end()
+                    if stamp is not None:
+                        stamp()
                 original()
 
             return fetch_ends
 
         def to_device(original: Any) -> Any:
+            # The device's mark of a fetch's end: nothing is queued between it and the copy.
+            stamp = timeline.fetch_end if timeline is not None and not inside else None
+
             def on_device(batch: Any, device: Any = None, dataloader_idx: int = 0) -> Any:
+                if stamp is not None and self._active:
+                    stamp()
                 batch = original(batch, device, dataloader_idx)
                 moved[0] = _perf()
                 return batch
@@ -178,19 +188,17 @@ class _SpeedProbeCore:
             return on_device
 
         def through(original: Any) -> list[Any]:
-            """The training batch with the warm-up's watches, device marks, a rank's error."""
+            """The training batch with the warm-up's watches, device stamps, a rank's error."""
             warm = self.warmup if self._watches.each else 0  # steps below it run the watches
-            plain = mark is None and not watch_errors
+            steady = original if timeline is None else stamped(timeline, original)
 
             def watched(*args: Any) -> Any:
                 index = len(steps)
                 watching = index < warm
                 if watching:
                     self._watches.enter(index)
-                if mark is not None:
-                    if inside:
-                        marks.origin()
-                    mark(index, "start")
+                if timeline is not None:
+                    timeline.start()
                 try:
                     return original(*args)
                 except BaseException as error:
@@ -198,14 +206,14 @@ class _SpeedProbeCore:
                         ranks.saw(error)
                     raise
                 finally:
-                    if mark is not None:
-                        mark(index, "end")
+                    if timeline is not None:
+                        timeline.end()
                     if watching:
                         self._watches.exit()
-                    if plain and index + 1 >= warm:
-                        call[0] = original
+                    if not watch_errors and index + 1 >= warm:
+                        call[0] = steady
 
-            call = [original if plain and not warm else watched]
+            call = [steady if not watch_errors and not warm else watched]
             return call
 
         def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
@@ -253,7 +261,7 @@ class _SpeedProbeCore:
             taps.put(loop, "_on_after_fetch", lambda _: stamp)
         else:
             taps.put(trainer.strategy, "batch_to_device", to_device)
-        if not host_clock:  # the fetch's end marks and watches
+        if inside or watch_errors:  # the fetches' ends inside a step, a rank's errors
             taps.put(loop, "_on_after_fetch", fetch_end)
         taps.put(loop.automatic_optimization, "run", automatic)
         taps.put(loop.manual_optimization, "run", manual)
@@ -282,14 +290,9 @@ class _SpeedProbeCore:
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
-    # -- timing points ----------------------------------------------------------------------
-
-    def _begin_marked(self, now: float) -> None:
-        self._marks.fetch_start()
-        self._steps.begins.append(now)
-
     def _close_step(self, now: float) -> None:
-        self._mark_open("close")
+        if self._timeline is not None:
+            self._timeline.close()
         self._steps.close(now)
 
     def _after_step(self) -> None:
@@ -355,7 +358,6 @@ class _SpeedProbeCore:
         self._timeline = device.timeline(self.warmup)
         if self._timeline is not None:
             self.records.update(host_data_time=[], copy_time=[])
-            self._marks = StepMarks(self._timeline, self._steps)
         self._watches = WarmupWatches(device, self.warmup, self._counted_step(pl_module))
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
         self._sync_step = getattr(self.distributed.sync, "close_step", None)
@@ -367,7 +369,7 @@ class _SpeedProbeCore:
         self._close_step(now)
         self._steps.begin_epoch(now, trainer.current_epoch)
         if self._timeline is not None:
-            self._timeline.mark(len(self._steps.steps), "origin")
+            self._timeline.epoch(trainer.current_epoch)
 
     def _log(self, trainer: Any, index: int) -> None:
         if (loss := self._last_loss()) is not None:
@@ -391,16 +393,14 @@ class _SpeedProbeCore:
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()
-        self._mark_open("val_start")
+        if self._timeline is not None:
+            self._timeline.validation_start()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._active:
-            self._mark_open("val_end")
+            if self._timeline is not None:
+                self._timeline.validation_end()
             self.phases[Phase.validation] += self._steps.validated(self._val_start, _perf())
-
-    def _mark_open(self, point: str) -> None:
-        if self._marks is not None:
-            self._marks.open(point)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish()

@@ -128,6 +128,12 @@ class StepLog:
             self._close_walls(n)
             return self.records
 
+    @property
+    def closed(self) -> int:
+        """How many steps have their wall, as of the last ``flush``: the next fetch start (the
+        next step's start, where steps fetch inside) or a ``close`` ended them."""
+        return self._open
+
     def steady_start(self) -> float | None:
         """When the first steady step began (``time.perf_counter``); None before one."""
         records = self.flush()

@@ -8,14 +8,17 @@ import ast
 import inspect
 import statistics
 import time
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
+import lightning.pytorch as pl
 import numpy
 import pytest
 import torch
 
 import speedlab.measure.probe
-from speedlab.labs import KnownCostDataset
+from speedlab.labs import QUIET_TRAINER, KnownCostDataset, known_cost_loader
 from speedlab.measure import devices
 from speedlab.measure.devices import (
     DEVICES,
@@ -33,6 +36,7 @@ from speedlab.measure.devices import (
 from speedlab.measure.probe import SpeedProbe
 from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
+    STEP_S,
     OnDevice,
     SimulatedDevice,
     SynchronisedTruth,
@@ -192,6 +196,19 @@ def test_the_probe_reads_batch_time_from_the_device(device: SimulatedDevice) -> 
     assert device_work(result.records["batch_time"])
 
 
+def test_a_steady_step_records_four_events_in_the_devices_queue(device: SimulatedDevice) -> None:
+    """On a GPU the training path's cost is mostly its events: a fetch's start and end and the
+    training batch's start and end, one each a step, by two fit lengths' difference."""
+    recorded = []
+    for steps in (12, 24):
+        before = len(device.waits)  # one stamp each event the device reached
+        fit_on_device(
+            on_device(device, work_s=0.0), SpeedProbe(warmup=2, sample_system=False), steps
+        )
+        recorded.append(len(device.waits) - before)
+    assert recorded[1] - recorded[0] == 4 * 12
+
+
 def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedDevice) -> None:
     probe = SpeedProbe(warmup=2, sample_system=False)
     with pytest.raises(RuntimeError, match="step 2 fails") as raised:
@@ -228,3 +245,36 @@ def test_a_step_fetching_inside_idles_the_device_only_for_what_its_queue_does_no
     host_pace = statistics.median(numpy.diff([result.records["t"][i] for i in steady]))
     assert result.data_time == pytest.approx(max(0.0, host_pace - result.batch_time), abs=0.003)
     assert result.data_time >= 0.002
+
+
+class ValidatedOnDevice(OnDevice):
+    """Queues five steps' work on the device in each of its two validation batches."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.simulated.launch(5 * STEP_S)
+
+    def val_dataloader(self) -> Any:
+        return known_cost_loader(n=16, batch_size=8)
+
+
+def test_epochs_and_validation_on_the_devices_clock_as_on_the_hosts(
+    device: SimulatedDevice,
+) -> None:
+    """Two epochs of ten steps, each validated at its end inside its last step: that step's
+    wall on the device's clock leaves out the validation's ten steps of device work."""
+    model = ValidatedOnDevice(step_s=0.0)
+    model.simulated = device
+    probe = SpeedProbe(warmup=2, sample_system=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", max_epochs=2, num_sanity_val_steps=0, callbacks=[probe], **QUIET_TRAINER
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, known_cost_loader(n=80, batch_size=8))
+    records = probe.result().records
+    assert records["epoch"] == [0] * 10 + [1] * 10
+    assert records["phase"][10] == "epoch_start"
+    assert device_work(records["batch_time"])
+    # Validated in steps 9 and 19: with its work, their walls would be 11 steps of it.
+    assert max(records["wall"]) < 2 * STEP_S
+    assert all(w >= b for w, b in zip(records["wall"], records["batch_time"], strict=True))

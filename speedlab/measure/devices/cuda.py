@@ -40,8 +40,8 @@ class CudaDevice(Device):
         return torch.cuda.is_available()
 
     def timeline(self, warmup: int) -> EventTimeline:
-        """Events with timing in the stream current at the first mark (the training loop's, as
-        its first epoch starts), one synchronize at the end. Making it touches no GPU."""
+        """Events with timing in the stream current as the fit starts on the GPU (the training
+        loop's), one synchronize at the end. Making it touches no GPU."""
         import torch
 
         return EventTimeline(

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.devices.device import Device
+from speedlab.measure.devices.events import Timeline
+from speedlab.measure.steps import StepLog
 from speedlab.results.run import XLA_RECORD_KEYS
 
 
@@ -78,29 +80,50 @@ class XlaRuntime:
         return int(data[0]), [value / 1e9 for _, value in data[2]]
 
 
-class XlaTimeline:
+class XlaTimeline(Timeline):
     """A step's edges and its device work from XLA's records (module docstring).
 
-    ``mark`` and ``resolve`` as ``EventTimeline``'s, so the probe treats both alike; steps are
-    resolved at the end of the fit (``wait``), or earlier where XLA's window of execution
-    times would otherwise pass them by.
+    Stamps as ``EventTimeline``'s, so the probe treats both alike: XLA's running totals at a
+    training batch's start and end, and a wait for the device as the first steady step begins
+    waiting for its batch. Steps are resolved at the end of the fit (``wait``), or earlier where
+    XLA's window of execution times would otherwise pass them by.
     """
 
     def __init__(self, warmup: int, runtime: Any = None, *, keep: int = 256) -> None:
         self._warmup = warmup
         self._made = runtime  # torch_xla's (XlaRuntime) when first asked, unless given
         self._keep = keep  # well inside XLA's window of execution times
+        self._log: StepLog = StepLog(0.0)
         self._start: dict[int, XlaCounts] = {}
         self._steps: dict[int, tuple[XlaCounts, XlaCounts]] = {}
         self._drained: dict[int, float] = {}  # step: the host's wait for the device before it
 
-    def mark(self, index: int, point: str) -> None:
-        if point == "origin" and index == self._warmup and index > 0:
-            self._drained[index] = self._drain()
-        elif point == "start":
-            self._start[index] = self._runtime.counts()
-        elif point == "end" and index in self._start:
+    def watch(self, log: StepLog) -> None:
+        self._log = log
+
+    def fetch_start(self) -> None:
+        if not self._log.fetches_inside and not self._log.held():
+            self._origin()
+
+    def epoch(self, epoch: int) -> None:
+        self._origin()
+
+    def start(self) -> None:
+        if self._log.fetches_inside and not self._log.held():
+            self._origin()
+        self._start[len(self._log.steps)] = self._runtime.counts()
+
+    def end(self) -> None:
+        index = len(self._log.steps)
+        if index in self._start:
             self._steps[index] = (self._start.pop(index), self._runtime.counts())
+
+    def _origin(self) -> None:
+        """The next step begins waiting for its batch: the first steady one waits for the
+        device's work of the steps before it first."""
+        index = len(self._log.steps)
+        if index == self._warmup and index > 0:
+            self._drained[index] = self._drain()
 
     @property
     def _runtime(self) -> Any:

@@ -14,6 +14,7 @@ from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices import CudaDevice, cuda
 from speedlab.measure.numerics import MATMUL_LEVELS, MATMUL_MODES
 from speedlab.measure.syncs import WATCH_STEPS, SyncWatch
+from tests.simulated_device import ProbeCalls
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -63,19 +64,21 @@ def test_a_steps_edges_are_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: training_stream)
     monkeypatch.setattr(FakeEvent, "streams", [])
     timeline = CudaDevice().timeline(5)
-    records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
-    for point, at in [("origin", 0.0), ("fetched", 0.010), ("start", 0.012), ("end", 0.032)]:
-        FakeEvent.clock = at
-        timeline.mark(0, point)
-    FakeEvent.clock = 0.033
-    timeline.mark(0, "close")
+    calls = ProbeCalls(timeline)
+    records = calls.records(1)
+    at = [0.0, 0.010, 0.012, 0.032, 0.033]  # fetch start and end, batch start and end, close
+    for call, FakeEvent.clock in zip(
+        (calls.fetch_start, calls.fetch_end, calls.start, calls.end, calls.close), at
+    ):
+        call()
     timeline.resolve(records, wait=True)
     assert synchronized == [True, True]  # at the end: the queue drained, the clocks set
     expected = {"data_time": 0.012, "copy_time": 0.002, "batch_time": 0.020, "wall": 0.033}
     assert len(records.pop("launch_lag")) == 1  # the clocks set against each other at the end
     assert records == {key: [pytest.approx(value)] for key, value in expected.items()}
-    # Every mark, and the anchor that sets the clocks, in the stream current at the first mark.
-    assert FakeEvent.streams == [training_stream] * 6
+    # Every stamp, the clock's origin as the fit starts and the anchor that sets the clocks
+    # against the host's, in the stream current as the fit starts.
+    assert FakeEvent.streams == [training_stream] * 7
 
 
 def test_its_host_syncs_are_watched_over_a_few_warmup_steps() -> None:
@@ -140,17 +143,18 @@ def test_a_matmul_level_changes_float32_matmuls_only_in_tf32_on_ampere(
 @needs_gpu
 @pytest.mark.gpu
 def test_on_this_gpu_the_timeline_reads_the_gpus_work() -> None:
-    timeline = CudaDevice().timeline(5)
-    records = {key: [0.0] for key in ("data_time", "copy_time", "batch_time", "wall")}
+    calls = ProbeCalls(CudaDevice().timeline(5))
+    records = calls.records(1)
     x = torch.randn(2048, 2048, device="cuda")
-    for point in ("origin", "fetched", "start"):
-        timeline.mark(0, point)
+    calls.fetch_start()
+    calls.fetch_end()
+    calls.start()
     for _ in range(20):
         x = x @ x
         x /= x.norm()
-    timeline.mark(0, "end")
-    timeline.mark(0, "close")
-    timeline.resolve(records, wait=True)
+    calls.end()
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert records["batch_time"][0] > 0 and records["wall"][0] >= records["batch_time"][0]
 
 

@@ -5,6 +5,7 @@ gpu-marked tests)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -12,50 +13,70 @@ from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.events import EventTimeline
 from tests.simulated_device import (
     STEP_S,
+    ProbeCalls,
     SimulatedDevice,
     device_work,
     probe_on_simulated_device,
 )
 
 
-def step_records(steps: int) -> dict[str, list]:
-    """What the probe records from the host's clock, before the device's figures replace them."""
-    return {key: [0.0] * steps for key in ("data_time", "copy_time", "batch_time", "wall")}
+def step(calls: ProbeCalls, launch: Callable[[], None]) -> None:
+    """One step of the probe's calls, ``launch`` queueing its training batch's work."""
+    calls.fetch_start()
+    calls.fetch_end()
+    calls.start()
+    launch()
+    calls.end()
 
 
 def test_a_steps_figures_are_the_devices_work_not_the_hosts_queueing() -> None:
     device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(6)
-    for step in range(6):
-        timeline.mark(step, "origin")
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+    records = calls.records(6)
+    for _ in range(6):
+        calls.fetch_start()  # the step's origin, and the close of the one before
+        device.launch(STEP_S / 2)  # work queued while the loader fetched
+        calls.fetch_end()
         device.launch(STEP_S / 2)  # the copy of the step's batch
-        timeline.mark(step, "fetched")
-        device.launch(STEP_S / 2)
-        timeline.mark(step, "start")
+        calls.start()
         device.launch(STEP_S)
-        timeline.mark(step, "end")
-        timeline.mark(step, "close")
-        timeline.resolve(records)
+        calls.end()
+        calls.timeline.resolve(records)
     assert records["batch_time"][-1] == 0.0  # the device is behind: not resolved yet
-    timeline.resolve(records, wait=True)
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert device_work(records["batch_time"])
     assert device_work([2 * c for c in records["copy_time"]])  # half a step's work
     assert device_work(records["data_time"])  # the copy and the work queued before the step
     assert device_work([w / 2 for w in records["wall"]])
 
 
+def test_steps_the_device_has_passed_are_read_before_the_fits_end() -> None:
+    """Events in one queue are reached in order: the timeline reads every step the device has
+    passed, and waits for none."""
+    device = SimulatedDevice()
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+    records = calls.records(8)
+    for work in [STEP_S] * 4 + [0.5, 0.0, 0.0, 0.0]:
+        step(calls, lambda work=work: device.launch(work))
+    time.sleep(4 * STEP_S + 0.2)  # the device passes the first four steps, then step 4's 0.5 s
+    calls.timeline.resolve(records)
+    assert device_work(records["batch_time"][:4])  # four closed by the next fetch's start
+    assert records["batch_time"][4:] == [0.0] * 4
+    assert device.queue.unfinished_tasks  # and nothing waited for the device
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
+    assert records["batch_time"][4] > 0.45
+
+
 def test_a_timeline_given_a_stream_records_its_marks_in_that_queue() -> None:
     busy, stream = SimulatedDevice(), SimulatedDevice()
-    timeline = EventTimeline(busy.event, stream.synchronize, stream=lambda: stream)
-    records = step_records(1)
+    calls = ProbeCalls(EventTimeline(busy.event, stream.synchronize, stream=lambda: stream))
+    records = calls.records(1)
     busy.launch(5 * STEP_S)  # the other queue's work: the stream's marks do not wait for it
-    for point in ("origin", "fetched", "start"):
-        timeline.mark(0, point)
-    stream.launch(STEP_S)
-    for point in ("end", "close"):
-        timeline.mark(0, point)
-    timeline.resolve(records, wait=True)
+    step(calls, lambda: stream.launch(STEP_S))
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert device_work(records["batch_time"])
     assert records["data_time"][0] < STEP_S
     assert busy.queue.unfinished_tasks == 1  # its work still runs: nothing waited for it
@@ -63,53 +84,59 @@ def test_a_timeline_given_a_stream_records_its_marks_in_that_queue() -> None:
 
 def test_validation_inside_a_step_is_left_out_of_its_wall() -> None:
     device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(1)
-    for point, work in [("origin", 0), ("fetched", 0), ("start", STEP_S), ("end", 0)]:
-        timeline.mark(0, point)
-        device.launch(work)
-    timeline.mark(0, "val_start")
-    device.launch(5 * STEP_S)
-    for point in ("val_end", "close"):
-        timeline.mark(0, point)
-    timeline.resolve(records, wait=True)
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+    records = calls.records(1)
+    step(calls, lambda: device.launch(STEP_S))
+    calls.validation(lambda: device.launch(5 * STEP_S))
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert records["wall"][0] < 2 * STEP_S < 5 * STEP_S
+
+
+def test_an_epochs_first_step_waits_from_the_epochs_start() -> None:
+    device = SimulatedDevice()
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+    records = calls.records(2)
+    calls.epoch(0)
+    device.launch(STEP_S)  # the workers' start-up, as the device idles: the first step's wait
+    step(calls, lambda: device.launch(STEP_S))
+    step(calls, lambda: device.launch(STEP_S))
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
+    assert records["data_time"][0] > 0.9 * STEP_S > 10 * records["data_time"][1]
+    assert device_work(records["batch_time"])
 
 
 def test_a_step_that_raised_before_it_was_recorded_is_dropped() -> None:
     device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize)
-    records = step_records(1)
-    for step in range(2):  # step 1 is stamped, then raises before the probe records it
-        for point in ("origin", "fetched", "start"):
-            timeline.mark(step, point)
-        device.launch(0.005)
-        timeline.mark(step, "end")
-        timeline.mark(step, "close")
-    timeline.mark(2, "origin")  # the next step began waiting, and never got its batch
-    timeline.resolve(records, wait=True)
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+    records = calls.records(1)
+    step(calls, lambda: device.launch(0.005))
+    calls.fetch_start()  # step 1 is stamped, then raises before the probe records it
+    calls.fetch_end()
+    calls.start()
+    device.launch(0.005)
+    calls.timeline.end()
+    calls.fetch_start()  # the next step began waiting, and never got its batch
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert len(records["batch_time"]) == 1 and records["batch_time"][0] > 0.004
 
 
 def test_the_launch_lag_tells_a_device_waiting_on_the_host_from_one_behind_it() -> None:
     with probe_on_simulated_device() as device:  # the device's thread gets the GIL often
-        timeline = EventTimeline(device.event, device.synchronize)
-        records = step_records(8)
-        for step in range(8):
-            for point in ("origin", "fetched", "start"):
-                timeline.mark(step, point)
-            if step < 4:  # the host queues the step's work at once and runs ahead
-                device.launch(STEP_S)
+        calls = ProbeCalls(EventTimeline(device.event, device.synchronize))
+        records = calls.records(8)
+        for index in range(8):
+            if index < 4:  # the host queues the step's work at once and runs ahead
+                step(calls, lambda: device.launch(STEP_S))
             else:  # the host launches tiny operations more slowly than the device runs them
-                for _ in range(20):
-                    busy_wait(0.001)
-                    device.launch(0.0)
-            timeline.mark(step, "end")
-            timeline.mark(step, "close")
-            if step == 3:
+                step(calls, lambda: [(busy_wait(0.001), device.launch(0.0)) for _ in range(20)])
+            if index == 3:
                 device.synchronize()  # the backlog gone before the host-paced steps
                 settled = len(device.waits)
-        timeline.resolve(records, wait=True)
+        calls.close()
+        calls.timeline.resolve(records, wait=True)
     # On an idle device an event waits only for the machine to wake the device's thread: a few
     # milliseconds when another process holds the other core (CI measured 4.5 ms), which a
     # host-paced step's lag may carry.
@@ -121,33 +148,47 @@ def test_the_launch_lag_tells_a_device_waiting_on_the_host_from_one_behind_it() 
 
 def test_launch_lags_are_kept_for_the_first_steps_only() -> None:
     device = SimulatedDevice()
-    timeline = EventTimeline(device.event, device.synchronize, lags=2)
-    records = step_records(4)
-    for step in range(4):
-        for point in ("origin", "fetched", "start", "end", "close"):
-            timeline.mark(step, point)
-        timeline.resolve(records)
-    timeline.resolve(records, wait=True)
+    calls = ProbeCalls(EventTimeline(device.event, device.synchronize, lags=2))
+    records = calls.records(4)
+    for _ in range(4):
+        step(calls, lambda: None)
+        calls.timeline.resolve(records)
+    calls.close()
+    calls.timeline.resolve(records, wait=True)
     assert [lag is None for lag in records["launch_lag"]] == [False, False, True, True]
+
+
+def test_read_events_are_recorded_again_not_made_anew() -> None:
+    device = SimulatedDevice()
+    made: list[object] = []
+    calls = ProbeCalls(
+        EventTimeline(lambda: made.append(device.event()) or made[-1], device.synchronize, lags=0)
+    )
+    records = calls.records(40)
+    for _ in range(40):
+        step(calls, lambda: None)
+        device.synchronize()
+        calls.timeline.resolve(records)
+    assert len(made) < 10  # four events a step, 160 in all: the pool's few recorded again
+    assert min(records["wall"][:39]) > 0
 
 
 def test_a_fetch_inside_a_step_moves_the_devices_idle_time_to_data_time() -> None:
     """A step fed the loader's iterator: the host fetches inside the training while the device
     runs the work queued before, and the device idles only for the rest of the fetch."""
-    records = step_records(1)
     with probe_on_simulated_device() as device:  # the device's thread gets the GIL often
-        timeline = EventTimeline(device.event, device.synchronize)
-        timeline.mark(0, "origin")
-        timeline.mark(0, "start")
+        calls = ProbeCalls(EventTimeline(device.event, device.synchronize), inside=True)
+        records = calls.records(1)
+        calls.start()
         device.launch(STEP_S)  # queued before the fetch: it covers about half of it
-        timeline.mark(0, "wait")
+        calls.fetch_start()
         busy_wait(2 * STEP_S)  # the fetch
         fetched = time.perf_counter()
-        timeline.mark(0, "wait")
+        calls.fetch_end()
         device.launch(STEP_S)
-        timeline.mark(0, "end")
-        timeline.mark(0, "close")
-        timeline.resolve(records, wait=True)
+        calls.end()
+        calls.close()
+        calls.timeline.resolve(records, wait=True)
     # The truth from the device's own record of when it worked: idle from the end of the work
     # queued before the fetch to the start of the work queued after it. That is at least the
     # rest of the fetch, and more where the host paused before queueing on: once in CI, late in

@@ -12,8 +12,7 @@ import torch
 from speedlab.measure import devices
 from speedlab.measure.devices import CpuDevice, MpsDevice, available_devices, default_device
 from speedlab.measure.numerics import MATMUL_LEVELS
-
-POINTS = ("origin", "fetched", "start", "end", "close")
+from tests.simulated_device import ProbeCalls
 
 
 class FakeMpsEvent:
@@ -86,20 +85,22 @@ def test_an_apple_gpu_is_asynchronous_and_pins_nothing() -> None:
 
 
 def test_a_steps_figures_are_the_apple_gpus_stamps(fake_mps: FakeMps) -> None:
-    timeline = MpsDevice().timeline(5)
-    out = records(2)
-    stamps = {0: (0.0, 0.010, 0.012, 0.032, 0.033), 1: (0.033, 0.040, 0.041, 0.071, 0.072)}
-    for step in (0, 1):
-        for point in POINTS:
-            timeline.mark(step, point)
-    for at in stamps[0]:  # the GPU has done step 0, not step 1
+    calls = ProbeCalls(MpsDevice().timeline(5))
+    out = calls.records(2)
+    fake_mps.reach(0.0)  # the clock's origin, stamped as the fit starts
+    for _ in (0, 1):
+        for call in (calls.fetch_start, calls.fetch_end, calls.start, calls.end):
+            call()
+    calls.close()
+    # fetch start and end, batch start and end: step 1's fetch start closes step 0
+    for at in (0.0, 0.010, 0.012, 0.032, 0.033):  # the GPU has done step 0, not step 1
         fake_mps.reach(at)
-    timeline.resolve(out)
+    calls.timeline.resolve(out)
     assert fake_mps.synchronized == 0  # read as the GPU passes, never a wait per step
     assert out["batch_time"] == [pytest.approx(0.020), 0.0]
-    for at in stamps[1]:
+    for at in (0.040, 0.041, 0.071, 0.072):
         fake_mps.reach(at)
-    timeline.resolve(out, wait=True)
+    calls.timeline.resolve(out, wait=True)
     assert fake_mps.synchronized == 2  # at the end: the queue drained, the clocks set
     expected = {
         "data_time": [0.012, 0.008],

@@ -4,9 +4,13 @@ test-xla`)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pytest
 
 from speedlab.measure.devices.xla import XlaCounts, XlaDevice, XlaTimeline
+from speedlab.measure.steps import StepLog
 from speedlab.results.run import empty_records
 
 
@@ -29,11 +33,22 @@ class FakeRuntime:
         return len(self.run_s), self.run_s[-3:]  # XLA keeps a window: here the last 3
 
 
-def step(timeline: XlaTimeline, runtime: FakeRuntime, records: dict, index: int, **step) -> None:
-    """One step as the probe marks and records it: ``compile_s`` compiling in it, one graph
+def stepper(timeline: XlaTimeline, runtime: FakeRuntime, records: dict) -> Callable[..., None]:
+    """``step`` on a host step log the timeline watches, as the probe gives it one."""
+    log = StepLog(0.0)
+    timeline.watch(log)
+    return functools.partial(step, timeline, log, runtime, records)
+
+
+def step(
+    timeline: XlaTimeline, log: StepLog, runtime: FakeRuntime, records: dict, index: int, **step
+) -> None:
+    """One step as the probe stamps and records it: ``compile_s`` compiling in it, one graph
     run of ``run_s``, the host's figures given."""
-    timeline.mark(index, "origin")
-    timeline.mark(index, "start")
+    log.begins.append(0.0)
+    timeline.fetch_start()
+    timeline.fetch_end()
+    timeline.start()
     c = runtime.now
     runtime.now = XlaCounts(
         c.compiles + bool(step.get("compile_s")),
@@ -42,7 +57,8 @@ def step(timeline: XlaTimeline, runtime: FakeRuntime, records: dict, index: int,
         c.transfers + step.get("transfers", 0),
     )
     runtime.run_s.append(step["run_s"])
-    timeline.mark(index, "end")
+    timeline.end()
+    log.steps.append((len(log.begins), 0.0, 0.0, 0.0, 8))
     for key in ("data_time", "host_data_time", "batch_time", "wall"):
         records[key].append(step[key if key != "host_data_time" else "data_time"])
     records["samples"].append(8)
@@ -52,32 +68,13 @@ def step(timeline: XlaTimeline, runtime: FakeRuntime, records: dict, index: int,
 def test_compiling_leaves_the_step_and_the_device_decides_the_split() -> None:
     runtime, records = FakeRuntime(), {**empty_records(), "host_data_time": []}
     timeline = XlaTimeline(warmup=1, runtime=runtime, keep=10)
+    take = stepper(timeline, runtime, records)
     # Step 0 compiles 2 s inside a 2.03 s batch; its graph runs 20 ms.
-    step(
-        timeline,
-        runtime,
-        records,
-        0,
-        data_time=0.01,
-        batch_time=2.03,
-        wall=2.04,
-        compile_s=2.0,
-        run_s=0.02,
-    )
+    take(0, data_time=0.01, batch_time=2.03, wall=2.04, compile_s=2.0, run_s=0.02)
     # Step 1: the host waited 15 ms for the loader while the device ran step 0's 20 ms graph.
-    step(timeline, runtime, records, 1, data_time=0.015, batch_time=0.02, wall=0.035, run_s=0.02)
+    take(1, data_time=0.015, batch_time=0.02, wall=0.035, run_s=0.02)
     # Step 2: the host waited 30 ms; the device idled for all but its 10 ms of work.
-    step(
-        timeline,
-        runtime,
-        records,
-        2,
-        data_time=0.03,
-        batch_time=0.01,
-        wall=0.04,
-        run_s=0.01,
-        transfers=1,
-    )
+    take(2, data_time=0.03, batch_time=0.01, wall=0.04, run_s=0.01, transfers=1)
     timeline.resolve(records)  # fewer steps than kept: nothing resolved yet
     assert "compiles" not in records
     timeline.resolve(records, wait=True)
@@ -101,8 +98,9 @@ def test_compiling_leaves_the_step_and_the_device_decides_the_split() -> None:
 def test_a_step_whose_graph_times_left_xlas_window_keeps_the_hosts_split() -> None:
     runtime, records = FakeRuntime(), {**empty_records(), "host_data_time": []}
     timeline = XlaTimeline(warmup=0, runtime=runtime, keep=10)
+    take = stepper(timeline, runtime, records)
     for i in range(5):
-        step(timeline, runtime, records, i, data_time=0.01, batch_time=0.02, wall=0.03, run_s=0.001)
+        take(i, data_time=0.01, batch_time=0.02, wall=0.03, run_s=0.001)
     timeline.resolve(records, wait=True)
     # Steps 0 and 1 ran graphs whose times XLA no longer keeps: their device work counts as
     # none, so the host's wait is all idle; the later ones have theirs.
