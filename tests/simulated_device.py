@@ -9,6 +9,7 @@ registered for the run's device type, here the CPU's). It never replaces the che
 from __future__ import annotations
 
 import contextlib
+import gc
 import queue
 import statistics
 import sys
@@ -195,10 +196,17 @@ def probe_on_simulated_device() -> Iterator[SimulatedDevice]:
     # end up to 8 ms late, 40% of the step; on one torch thread, 0.5 ms at most.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # A real device runs its queue while the host collects garbage; this one's thread needs the
+    # GIL, which a full collection of the process's heap holds throughout (390 ms for 3 million
+    # objects here: the device's step then ran 405 ms). Late in the suite a device-bound run's
+    # batch_time read 7% over the device's work, as one such stall of about 75 ms would make
+    # it. Frozen, the heap built before the fit is left out of every collection.
+    gc.freeze()
     try:
         with mock.patch.dict(speedlab.measure.devices.DEVICES, {"cpu": lambda: device}):
             yield device
     finally:
+        gc.unfreeze()
         sys.setswitchinterval(switch)
         torch.set_num_threads(threads)
 
