@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -63,6 +64,7 @@ from benchmarks.probe_overhead import (  # noqa: E402
     PROBE_WARMUP,
     SETTLE,
     Rotation,
+    TimelineProbe,
     bootstrap_median,
 )
 from speedlab.analysis.launches import LAUNCH_IDLE_SHARE  # noqa: E402
@@ -518,16 +520,17 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     cycle's bare one, over the cycles. Whole fits timed one after another read bare Lightning's
     own step 2131 to 2560 us a step from one round to the next on the H200, as wide as the cost
     being measured. A cost the probe leaves in the process for every later step falls on every
-    arm alike and does not show here: ``check_trace_lasting`` measures that one. A sixth arm,
-    SpeedProbe on the host's clock alone (``HostClockProbe``), splits its cost into the host's
-    stamps and the device timeline's events."""
+    arm alike and does not show here: ``check_trace_lasting`` measures that one. Two more arms
+    split SpeedProbe's cost: SpeedProbe on the host's clock alone (``HostClockProbe``), and on
+    the device's path with events that cost nothing (``TimelineProbe``): the host's stamps, the
+    timeline's Python (its four stamps a step and their reading), and the device's event calls
+    (CUDA's record, query and elapsed_time)."""
     two_ms = Workload("two_ms", work_s=0.002)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, 3 * SETTLE)
-    host = "speedprobe-host"
-    rotation = Rotation(
-        block, random.Random(0), time.perf_counter, {host: HostClockProbe(warmup=PROBE_WARMUP)}
-    )
+    host, python = "speedprobe-host", "speedprobe-costless-events"
+    more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
+    rotation = Rotation(block, random.Random(0), time.perf_counter, more)
     steps = cycles * len(rotation.arms) * block + block
     cell(backend, two_ms, rotation, steps=steps)()
     found = rotation.cycles()
@@ -536,11 +539,16 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     added = {arm: [(c[arm] - c["bare"]) * 1e6 for c in found] for arm in rotation.arms[1:]}
     probe, simple = (statistics.median(added[arm]) for arm in ("speedprobe", "simpleprofiler"))
     low, high = bootstrap_median([added["speedprobe"]], random.Random(1))
-    timeline = statistics.median(a - h for a, h in zip(added["speedprobe"], added[host]))
+    split = [added[host], added[python], added["speedprobe"]]  # each arm's, cycle by cycle
+    own, events = (
+        statistics.median(b - a for a, b in zip(lower, upper))
+        for lower, upper in itertools.pairwise(split)
+    )
     figure = (
         f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over {len(found)} "
         f"cycles; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
-        f"timeline's events {timeline:+.1f}), SimpleProfiler {simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
+        f"timeline's Python {own:+.1f}, its events' calls {events:+.1f}), SimpleProfiler "
+        f"{simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
         f"{statistics.median(added[KNOWN]):+.1f}, bare again "
         f"{statistics.median(added['bare-again']):+.1f}; bare's step "
         f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms"

@@ -3,10 +3,10 @@
 The host queues a step's work and runs ahead, so its clock says when work was queued, not done.
 An event recorded in the device's queue is stamped when the device reaches it. The probe stamps
 the device's queue where it stamps the host's clock (``speedlab.measure.steps.StepLog``): at
-each fetch's start and end, at the training batch's start and end, and, off the per-step path,
-at an epoch's start, a step's close and around validation. Each is one event recorded and
-appended: which step an edge belongs to is worked out when the events are read, not on the
-training path.
+each fetch's start, at its end (as the batch's copy is about to be queued: nothing is queued in
+between), at the training batch's start and end, and, off the per-step path, at an epoch's
+start, a step's close and around validation. Each is one event recorded and appended: which
+step an edge belongs to is worked out when the events are read, not on the training path.
 
 Read a few steps later (``query``), or after one synchronisation at the end of the fit
 (``wait``), the events become the device's seconds, and the same calls, in the same order, build
@@ -210,7 +210,12 @@ class EventTimeline(Timeline):
     def _replay(self, entries: list[tuple]) -> None:
         """The host's calls of ``entries``, on the device's clock, into the device's log; the
         events read go back to the pool, all but the last (the next reading's anchor) and the
-        first steps' ends."""
+        first steps' ends.
+
+        Each event's seconds are counted from the last event read, not from the fit's first:
+        CUDA's elapsed times are single-precision milliseconds, which an hour from their origin
+        are a quarter of a millisecond apart.
+        """
         anchor, at = self._anchor
         seconds = [at + anchor.elapsed_time(entry[1]) / 1e3 for entry in entries]
         log, host = self._device, self._host
