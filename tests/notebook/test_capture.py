@@ -6,6 +6,7 @@ it names, not to a cell run meanwhile."""
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -73,10 +74,20 @@ def kernel() -> Iterator[object]:
 def execute(client, code: str, *, then_s: float = 0.5) -> tuple[str, list[dict]]:
     """Run ``code``; its request's id and every iopub message up to its end, and those that
     follow it until none has come for ``then_s`` (a thread's last output may follow the cell's
-    end; 0: none)."""
+    end; 0: none).
+
+    It returns once the request's reply has come on the shell channel too. ipykernel 7 sends
+    shell replies raw on the socket it reads requests from through a stream, and a request
+    that lands while a reply is being sent is not read until something else wakes that stream
+    (ipython/ipykernel#1554). That fits what CI saw once: the kernel never ran the request
+    sent right after an idle status, while the widget threads' messages kept this loop going
+    for 300 s.
+    """
     request = client.execute(code)
+    deadline = time.monotonic() + 60
     messages = []
     while True:
+        assert time.monotonic() < deadline, f"the kernel did not finish {code!r} in 60 s"
         message = client.get_iopub_msg(timeout=60)
         messages.append(message)
         if (
@@ -85,6 +96,8 @@ def execute(client, code: str, *, then_s: float = 0.5) -> tuple[str, list[dict]]
             and message["content"]["execution_state"] == "idle"
         ):
             break
+    while client.get_shell_msg(timeout=60)["parent_header"].get("msg_id") != request:
+        pass
     while then_s:
         try:
             messages.append(client.get_iopub_msg(timeout=then_s))
