@@ -516,7 +516,7 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     """SpeedProbe's and SimpleProfiler's added time a step on 2 ms device steps, as
     ``benchmarks/probe_overhead.py`` measures it on the CPU: one fit switches between bare,
     bare again (the noise floor), SpeedProbe, SimpleProfiler and bare with 10 us of busy-waiting
-    (a known answer) every ``block`` steps in a shuffled order; each arm's median step, less its
+    (a known answer) every ``block`` steps in a shuffled order; each arm's mean step, less its
     cycle's bare one, over the cycles. Whole fits timed one after another read bare Lightning's
     own step 2131 to 2560 us a step from one round to the next on the H200, as wide as the cost
     being measured. A cost the probe leaves in the process for every later step falls on every

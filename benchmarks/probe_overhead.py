@@ -16,7 +16,10 @@ cycles of 80-step blocks, the probe without its sampler): +112 us on the step af
 one, about +10 us twenty steps on, +5 to +6 us from the fortieth, where a probe that counted no
 FLOPs read the same. Until then this benchmark left out 8 steps after the warm-up, and its
 40-step blocks' medians lay in that tail. Each cycle (one block of each arm) gives a ratio to
-its own bare block.
+its own bare block, each block's figure its mean step: what a probe does every so many steps
+is a cost a step as much as what it does every step, and a block's median step leaves it out
+(it was the median until 2026-11-30, when a device timeline's readings, every 8 steps then,
+were timed inside a zero-cost fit at 18 us a step).
 
 Even so, one median ratio on the MLP lab is known only to about +-2% (see the A/A arm). So the
 same rotation also runs a zero-cost step (the known-cost model without busy-waiting, on
@@ -154,13 +157,13 @@ class Rotation(pl.Callback):
         return blocks
 
     def cycles(self) -> list[dict[str, float]]:
-        """Per cycle, each arm's median step time without the steps next to a switch, and
+        """Per cycle, each arm's mean step time without the steps next to a switch, and
         (``"<arm> start"``) the time those first steps took."""
         cycles: dict[int, dict[str, float]] = {}
         for block, (arm, times) in self._blocks().items():
             if len(times) > 2 * SETTLE:
                 cycle = cycles.setdefault((block - 1) // len(self.arms), {})
-                cycle[arm] = statistics.median(times[SETTLE:-1])
+                cycle[arm] = statistics.fmean(times[SETTLE:-1])
                 cycle[f"{arm} start"] = sum(times[:SETTLE])
         return [c for c in cycles.values() if len(c) == 2 * len(self.arms)]
 
@@ -211,11 +214,15 @@ the core from it."""
 
 
 def run(
-    lab: str, cycles: int, block: int, rng: random.Random, clock: str, timeline: bool = False
+    lab: str,
+    cycles: int,
+    block: int,
+    rng: random.Random,
+    clock: str,
+    more: dict[str, pl.Callback] | None = None,
 ) -> Rotation:
-    """One training run of `cycles` cycles on one of LABS, timed by one of CLOCKS; with
-    ``timeline``, ``TimelineProbe`` is an arm too."""
-    more = {TIMELINE: TimelineProbe(warmup=PROBE_WARMUP)} if timeline else None
+    """One training run of `cycles` cycles on one of LABS, timed by one of CLOCKS, with
+    ``more`` arms (``Rotation``)."""
     rotation = Rotation(block, rng, CLOCKS[clock], more)
     if lab == "MLP lab":
         model, data = tabular_lab()
@@ -236,11 +243,12 @@ def run(
 
 
 def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One rotation of one lab, in this process: per complete cycle, each arm's median step
+    """One rotation of one lab, in this process: per complete cycle, each arm's mean step
     and start (``Rotation.cycles``); per arm, its step at each place in a block."""
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
-    rotation = run(lab, args.cycles, args.block, rng, args.clock, args.timeline)
+    more = {TIMELINE: TimelineProbe(warmup=PROBE_WARMUP)} if args.timeline else None
+    rotation = run(lab, args.cycles, args.block, rng, args.clock, more)
     return {"cycles": rotation.cycles(), "places": rotation.places()}
 
 
@@ -275,7 +283,7 @@ def main() -> None:
         runs = [r["cycles"] for r in rotations]
         cycles = [c for run_cycles in runs for c in run_cycles]
         bare_step[lab] = statistics.median(c["bare"] for c in cycles)
-        print(f"{lab}, median step {args.clock} time, {len(cycles)} complete cycles:")
+        print(f"{lab}, mean step {args.clock} time, {len(cycles)} complete cycles:")
         for arm in arms:
             q1, median, q3 = statistics.quantiles([c[arm] / c["bare"] for c in cycles], n=4)
             per_run = [[c[arm] - c["bare"] for c in run_cycles] for run_cycles in runs]

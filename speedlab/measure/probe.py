@@ -20,7 +20,7 @@ takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on th
 - samples: the loader's batch size where torch's own batching fixes it, the loader's last batch
   sized as it comes (``workload.full_batch``); elsewhere each batch's (``batch_size_of``).
 
-On an asynchronous device each stamp is an event in its queue too, read a few steps later: the
+On an asynchronous device each stamp is an event in its queue too, read a few times a second: the
 device's stamps replace the host's figures by the same rules (``devices.events``). data_time
 is then its idle time for want of input, copy included (``copy_time``); ``host_data_time`` the
 host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``device_for``.
@@ -53,7 +53,6 @@ from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
 
 _perf = time.perf_counter
-RESOLVE_EVERY = 8  # steps a device's timeline is read after: a step's records cost 10 us alone
 
 
 class _SpeedProbeCore:
@@ -222,7 +221,7 @@ class _SpeedProbeCore:
             if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
                 trained[0] = outputs
             if after is not None:
-                after()
+                after(end)
             if not len(steps) % every:
                 self._log(trainer, len(steps) - 1)
             return outputs
@@ -295,9 +294,10 @@ class _SpeedProbeCore:
             self._timeline.close()
         self._steps.close(now)
 
-    def _after_step(self) -> None:
-        """After each step on a device with a timeline, or in a rank timing its syncs."""
-        if self._timeline is not None and not len(self._steps.steps) % RESOLVE_EVERY:
+    def _after_step(self, end: float) -> None:
+        """After each step (its training batch ended at ``end``) on a device with a timeline,
+        or in a rank timing its syncs."""
+        if self._timeline is not None and self._timeline.due(end, len(self._steps.steps)):
             self._timeline.resolve(self.records)
         if self._sync_step is not None:
             self._sync_step()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import statistics
 import time
 import warnings
@@ -33,6 +34,7 @@ from speedlab.measure.devices import (
     device_for,
     memory_reserved,
 )
+from speedlab.measure.devices.events import READ_EVERY_S, READ_EVERY_STEPS, EventTimeline
 from speedlab.measure.probe import SpeedProbe
 from tests.doctor_runs import require_quiet
 from tests.simulated_device import (
@@ -207,6 +209,29 @@ def test_a_steady_step_records_four_events_in_the_devices_queue(device: Simulate
         )
         recorded.append(len(device.waits) - before)
     assert recorded[1] - recorded[0] == 4 * 12
+
+
+def test_a_fits_device_timeline_is_read_on_the_way_at_most_64_steps_apart(
+    device: SimulatedDevice,
+) -> None:
+    """The probe reads the device's events during the fit (the live view's figures, the pool of
+    events recorded again), no more often than its schedule (``Timeline.due``) says."""
+    readings: list[tuple[int, bool]] = []  # (steps so far, waited)
+
+    class Read(EventTimeline):
+        def resolve(self, records: dict[str, list], *, wait: bool = False) -> None:
+            readings.append((len(records["batch_time"]), wait))
+            super().resolve(records, wait=wait)
+
+    device.timeline = lambda warmup=0: Read(device.event, device.synchronize)
+    started = time.perf_counter()
+    fit_on_device(on_device(device, work_s=0.0), SpeedProbe(warmup=2, sample_system=False), 300)
+    seconds = time.perf_counter() - started
+    during = [steps for steps, waited in readings if not waited]
+    assert readings[-1] == (300, True)  # and once more at the end, after a synchronisation
+    assert during[0] == 1
+    assert max(b - a for a, b in itertools.pairwise([*during, 300])) <= READ_EVERY_STEPS
+    assert len(during) <= 1 + 300 / READ_EVERY_STEPS + seconds / READ_EVERY_S
 
 
 def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedDevice) -> None:

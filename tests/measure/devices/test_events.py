@@ -10,7 +10,12 @@ from collections.abc import Callable
 import pytest
 
 from speedlab.labs.known_cost import busy_wait
-from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.devices.events import (
+    READ_EVERY_S,
+    READ_EVERY_STEPS,
+    EventTimeline,
+    Timeline,
+)
 from tests.simulated_device import (
     STEP_S,
     ProbeCalls,
@@ -199,3 +204,17 @@ def test_a_fetch_inside_a_step_moves_the_devices_idle_time_to_data_time() -> Non
     assert records["data_time"][0] == pytest.approx(idle, abs=0.002)
     assert records["batch_time"][0] == pytest.approx(sum(device.worked), abs=0.002)
     assert records["copy_time"] == [0.0]
+
+
+def test_a_timeline_is_due_for_reading_each_quarter_second_or_each_64_steps() -> None:
+    """A reading costs as much for one step as for many: fast steps are read many at once (by
+    the steps' count), slow ones as often as the live view draws (by the host's clock)."""
+    timeline, now = Timeline(), 100.0
+    assert timeline.due(now, 1)  # the first step is read: the live view's first figures
+    fast = [steps for steps in range(2, 200) if timeline.due(now + steps * 1e-3, steps)]
+    assert fast == [1 + k * READ_EVERY_STEPS for k in (1, 2, 3)]
+    slow_from = now + 1.0
+    assert timeline.due(slow_from, 200)
+    spacing = 0.4 * READ_EVERY_S  # slow steps: the clock passes READ_EVERY_S every third
+    slow = [s for s in range(201, 211) if timeline.due(slow_from + (s - 200) * spacing, s)]
+    assert slow == [203, 206, 209]
