@@ -55,7 +55,10 @@ five a step). Runs of the code before and after, alternating, each a rotation wi
 (eight runs of each, then ten): the arm read +35.0 and +38.0 us a step before, +23.9 and +23.8
 after, where SpeedProbe on the host's clock read +9.7 and +8.0 before, +10.3 and +8.4 after.
 The full run with ``--timeline`` then read the path at +25.5 us, +17.5 over the host's clock
-(SpeedProbe +8.1, the known 10 us +15.4).
+(SpeedProbe +8.1, the known 10 us +15.4). Later that day the timeline was read every 64 steps
+(or 0.25 s) instead of every 8, and blocks were timed by their mean step: the path read +15.9
+(+13.8 to +23.7), +8.7 over the host's clock, SpeedProbe +7.2 (+1.5 to +15.8), SimpleProfiler
++26.1, the known 10 us +13.1, the A/A control +1.8 (12 runs of 20 cycles, ``--threads 1``).
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
         [--threads N] [--clock wall|cpu] [--places] [--timeline]
