@@ -72,6 +72,7 @@ from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader  # no
 from speedlab.labs.known_cost import busy_wait  # noqa: E402
 from speedlab.measure.devices.busy import BusyWatch  # noqa: E402
 from speedlab.measure.devices.cuda import CudaDevice  # noqa: E402
+from speedlab.measure.devices.events import READ_EVERY_STEPS as READS  # noqa: E402
 from speedlab.measure.machine import usable_cores  # noqa: E402
 from speedlab.measure.probe import SpeedProbe  # noqa: E402
 from speedlab.results.codec import to_plain  # noqa: E402
@@ -527,7 +528,9 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     (CUDA's record, query and elapsed_time)."""
     two_ms = Workload("two_ms", work_s=0.002)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
-    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, 3 * SETTLE)
+    # A block's counted steps (from place SETTLE, less the last) hold two of a device
+    # timeline's readings in 128 steps: as many as the steady steps of a fit of 2 ms steps do.
+    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, SETTLE + 2 + 2 * READS)
     host, python = "speedprobe-host", "speedprobe-costless-events"
     more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
     rotation = Rotation(block, random.Random(0), time.perf_counter, more)

@@ -59,6 +59,9 @@ The full run with ``--timeline`` then read the path at +25.5 us, +17.5 over the 
 (or 0.25 s) instead of every 8, and blocks were timed by their mean step: the path read +15.9
 (+13.8 to +23.7), +8.7 over the host's clock, SpeedProbe +7.2 (+1.5 to +15.8), SimpleProfiler
 +26.1, the known 10 us +13.1, the A/A control +1.8 (12 runs of 20 cycles, ``--threads 1``).
+A 120-step block counts 78 steps with one reading in them, where a fit reads once in 64: the
+path's figure leaves out about a fifth of its readings' cost (a fit of zero-cost steps spends
+7 us a step in them), which ``--block 170`` (128 counted steps, two readings) counts whole.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
         [--threads N] [--clock wall|cpu] [--places] [--timeline]
