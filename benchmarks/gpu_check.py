@@ -14,7 +14,8 @@ On a lent GPU (16 cores, an H100) in at most 6 minutes, or on the simulated asyn
 - a workers sweep on the device-bound cell, whose verdict must be "within noise";
 - an exception raised inside a device step, which must reach the caller unchanged;
 - SpeedProbe's cost a step on 2 ms device steps, against bare Lightning and SimpleProfiler,
-  their blocks of steps interleaved in one fit as ``benchmarks/probe_overhead.py`` does;
+  their blocks of steps interleaved in one fit as ``benchmarks/probe_overhead.py`` does, and
+  what each of its device path's event calls costs the host (``check_event_calls``);
 - whether the device's trace of a warm-up step leaves every later launch of the process slower
   (``check_trace_lasting``; on the simulated device a known lasting cost must read as built);
 - ``pytest -m gpu`` and the rank tests;
@@ -95,6 +96,8 @@ TRACE_SESSIONS = (1, 2, 4, 8)
 KNOWN_LASTING_S = 20e-6
 """The known cost a launch, two fifths of a simulated one, that the simulated device's check
 leaves after its first trace: read 19.97 to 20.24 us in four runs."""
+EVENT_CALLS = 1000
+"""Events each of ``check_event_calls``' rounds calls."""
 LAUNCH_COSTS_TIMEOUT_S = 120
 """A launch-cost process takes about 15 s (torch, Lightning and CUDA loading, 1.5 s timed)."""
 LIMIT_KINDS = {"io_bound", "cpu_bound", "copy_bound", "oversubscribed", "overhead_bound"}
@@ -137,6 +140,11 @@ class Backend:
         step 0."""
         raise NotImplementedError
 
+    def event_calls(self) -> tuple[Callable[[], Any], tuple[Any, ...], dict[str, type]]:
+        """What ``check_event_calls`` times: how the device's timeline makes an event, the
+        stream it records in, and each class whose methods to call."""
+        raise NotImplementedError
+
     def facts(self) -> dict[str, Any]:
         return {"torch": torch.__version__, "lightning": pl.__version__, "python": sys.version}
 
@@ -177,6 +185,13 @@ class Cuda(Backend):
 
     def busy_watch(self) -> BusyWatch:
         return CudaDevice().busy_watch(1)
+
+    def event_calls(self) -> tuple[Callable[[], Any], tuple[Any, ...], dict[str, type]]:
+        return (
+            lambda: torch.cuda.Event(enable_timing=True),
+            (torch.cuda.current_stream(),),
+            {"torch.cuda.Event": torch.cuda.Event, "its C base": torch._C._CudaEventBase},
+        )
 
     def facts(self) -> dict[str, Any]:
         query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
@@ -231,6 +246,9 @@ class Simulated(Backend):
 
     def busy_watch(self) -> BusyWatch:
         return self.device.busy_watch(1)
+
+    def event_calls(self) -> tuple[Callable[[], Any], tuple[Any, ...], dict[str, type]]:
+        return self.device.event, (), {"simulated": type(self.device.event())}
 
     def facts(self) -> dict[str, Any]:
         return {**super().facts(), "source": "simulated device", "cores": usable_cores()}
@@ -578,6 +596,53 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     ]
 
 
+def check_event_calls(backend: Backend) -> Line:
+    """What each event call of SpeedProbe's device path costs the host, in us a call (the best
+    of three rounds of ``EVENT_CALLS``): a record in the stream the timeline keeps, a query of
+    a reached event, an elapsed_time between two. On CUDA, through ``torch.cuda.Event`` as the
+    timeline calls them and through its C base, without the Python methods' frames: the change
+    to weigh where the probe-cost line's events' calls are most of its figure."""
+    make, stream, classes = backend.event_calls()
+    events = [make() for _ in range(EVENT_CALLS)]
+
+    def best(calls: Callable[[], None]) -> float:
+        rounds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            calls()
+            rounds.append(time.perf_counter() - start)
+        return min(rounds) / EVENT_CALLS * 1e6
+
+    def timed(kind: type) -> tuple[float, float, float]:
+        record, query, elapsed, first = kind.record, kind.query, kind.elapsed_time, events[0]
+
+        def records() -> None:
+            for event in events:
+                record(event, *stream)
+
+        def queries() -> None:
+            for event in events:
+                query(event)
+
+        def elapsed_times() -> None:
+            for event in events:
+                elapsed(first, event)
+
+        recorded = best(records)
+        backend.synchronize()
+        return recorded, best(queries), best(elapsed_times)
+
+    figures = []
+    for name, kind in classes.items():
+        try:
+            figures.append(
+                name + " record {:.2f}, query {:.2f}, elapsed_time {:.2f}".format(*timed(kind))
+            )
+        except Exception as error:  # a class the installed torch lacks or calls otherwise
+            figures.append(f"{name}: {type(error).__name__}: {error}")
+    return Line("the device path's event calls, us a call on the host", None, "; ".join(figures))
+
+
 def launch_costs(
     backend: Backend, launches: int, blocks: int, known_s: float = 0.0
 ) -> dict[str, Any]:
@@ -741,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         for check in (check_workers_sweep, check_error):
             lines.append(check(backend))
             print(lines[-1], flush=True)
-        cost = check_probe_cost(backend)
+        cost = [*check_probe_cost(backend), check_event_calls(backend)]
         print("\n".join(map(str, cost)), flush=True)
         lines += cost
     lasting = check_trace_lasting(args.simulate)

@@ -1,14 +1,14 @@
 """SpeedProbe: the Lightning Callback that measures data_time and batch_time of every step.
 
-Timing points come from the calls Lightning's fit loop makes for every step: its data fetcher
-calls the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` around each batch's fetch,
-the strategy's ``batch_to_device`` moves the batch, and the optimization loop's ``run`` trains
-it (the profiler's ``run_training_batch``). The probe puts a wrapper over each of those methods
-on the trainer's own loop and strategy objects for the length of the fit
-(``speedlab.measure.taps``): nothing of the user's (model, profiler, callbacks) is touched, and
-a step costs the probe no callback hook and no profiler context. Where the loop's call at a
-fetch's edge only starts or stops the default profiler, which does nothing, a stamp run in C
-takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on the step.
+Timing points come from the calls Lightning's fit loop makes every step: the epoch loop's
+``_on_before_fetch`` and ``_on_after_fetch`` around a batch's fetch, the strategy's
+``batch_to_device``, and the optimization loop's ``run`` (``run_training_batch``). The probe
+wraps each on the trainer's own loop and strategy for the fit (``speedlab.measure.taps``):
+nothing of the user's is touched, and a step costs no callback hook and no profiler context.
+Where a fetch's edge only drives the default profiler, which does nothing, a stamp run in C
+takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on the step. The
+path only stamps the clock into the step log (``speedlab.measure.steps``, which builds the
+records on reading): no tensor allocation, no ``.item()``, no synchronize.
 
 - data_time: from the fetch start (the epoch's start for its first step: worker start-up) to
   the end of ``batch_to_device`` (loader wait + host-to-device transfer). On a device that
@@ -23,11 +23,7 @@ takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on th
 On an asynchronous device each stamp is an event in its queue too, read a few times a second: the
 device's stamps replace the host's figures by the same rules (``devices.events``). data_time
 is then its idle time for want of input, copy included (``copy_time``); ``host_data_time`` the
-host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``device_for``.
-
-The training path only stamps the clock into the step log (``speedlab.measure.steps``, which
-builds the records on reading; full garbage collections stamp themselves there): no tensor
-allocation, no ``.item()``, no synchronize."""
+host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``device_for``."""
 
 from __future__ import annotations
 
@@ -67,15 +63,14 @@ class _SpeedProbeCore:
         compiled: bool | None = None,
         own_max_steps: int | None = None,
     ) -> None:
-        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-            raise ValueError(
-                f"`SpeedProbe(warmup={warmup!r})` is not valid. Expected an integer >= 0."
-            )
-        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
-            raise ValueError(
-                f"`SpeedProbe(log_every_n_steps={log_every_n_steps!r})` is not valid. "
-                "Expected an integer >= 1."
-            )
+        for name, value, least in (
+            ("warmup", warmup, 0),
+            ("log_every_n_steps", log_every_n_steps, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(
+                    f"`SpeedProbe({name}={value!r})` is not valid. Expected an integer >= {least}."
+                )
         self.warmup = warmup
         self.log_every_n_steps = log_every_n_steps
         self.own_max_steps = own_max_steps
@@ -324,9 +319,9 @@ class _SpeedProbeCore:
             self.sampler.start()
 
     def _peak_before_training(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
-        """The device's peak FLOP/s in this fit's settings (``peak_of``), before the fit's first
-        step: a CPU's is measured by a matmul that mid-fit would slow the training and itself.
-        Empty where no step is counted, and in a rank process (its launcher reads it after)."""
+        """The device's peak FLOP/s in this fit's settings (``peak_of``), before its first step
+        (a CPU's is measured by a matmul, which mid-fit would slow the training and itself);
+        empty where no step is counted, and in a rank process (its launcher reads it after)."""
         if self.distributed.in_child or self._counted_step(pl_module) is None:
             return {}
         return peak_of(device_for(trainer.strategy.root_device.type), self._settings)
@@ -345,6 +340,11 @@ class _SpeedProbeCore:
         """Seconds the device worked in its traced warm-up step, once traced (for the live
         view's split of a step); None before, or where the device keeps no trace."""
         return getattr(self._watches.busy, "busy", None)
+
+    @property
+    def settled(self) -> int | None:
+        """Steps whose records hold the device timeline's figures (shown live); None: all."""
+        return self._timeline.settled() if self._timeline is not None else None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._active:
@@ -374,10 +374,11 @@ class _SpeedProbeCore:
     def _log(self, trainer: Any, index: int) -> None:
         if (loss := self._last_loss()) is not None:
             self._losses.append((index, loss))
-        if not trainer.loggers:
+        known = index + 1 if (settled := self.settled) is None else min(index + 1, settled)
+        if not trainer.loggers or not known:
             return
         n, workers = self.log_every_n_steps, self._workload.get("loader_workers", 0)
-        recent = steady(self.records, range(index + 1)[-n:], workers)
+        recent = steady(self.records, range(known)[-n:], workers)
         metrics = {f"speedlab/{k}": getattr(recent, k) for k in ("data_time", "batch_time")}
         metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:

@@ -32,10 +32,11 @@ _STEP_KEYS = ("t", "data_time", "batch_time", "wall", "samples", "phase")
 class Snapshot:
     """What a live view shows at one moment of a run.
 
-    ``data_window``/``batch_window`` hold the last steps (at most ``WINDOW``), the first of
-    them being step ``first_step`` (1-based); ``slots`` is the chart's width in steps;
+    ``data_window``/``batch_window`` hold the last settled steps (at most ``WINDOW``: on an
+    asynchronous device, those whose figures are the device's; elsewhere every step), the first
+    of them being step ``first_step`` (1-based); ``slots`` is the chart's width in steps;
     ``time_limit`` is the run's ``--time`` in seconds, if any. samples/s, data_time and
-    batch_time cover the last ``_RECENT`` steps, by the rule of a run's figures
+    batch_time cover the last ``_RECENT`` settled steps, by the rule of a run's figures
     (speedlab.results.steady). ``mfu`` is those samples/s times the counted step's FLOPs a
     sample, over the device's peak (as ``RunResult.mfu``, which takes the steady steps'
     samples/s); None until the step is counted, or where the count or the peak is unknown.
@@ -68,6 +69,7 @@ class Snapshot:
 def snapshot(
     records: Mapping[str, Sequence[Any]],
     *,
+    settled: int | None = None,
     total_steps: int | None = None,
     elapsed: float = 0.0,
     time_limit: float | None = None,
@@ -79,21 +81,25 @@ def snapshot(
 ) -> Snapshot:
     """Summarise the records so far; safe while the training thread is still appending.
 
+    ``settled``: how many of the first steps' figures are final, where the rest are the host's
+    until a device's timeline is read (``SpeedProbe.settled``); the figures and the chart are
+    those steps', the progress every step's.
     ``phase`` overrides the phase of the last step (e.g. "validation" while it runs);
     ``system`` is a SystemSample or None; ``flops_per_sample`` (the counted step's) and
     ``peak`` (the device's FLOP/s) give the MFU where both are known; ``device_busy`` (the
     seconds the device worked in its traced step) the split of its time.
     """
     n = min(len(records[k]) for k in _STEP_KEYS)
-    lo = max(0, n - _RECENT)
-    wall = sum(records["wall"][lo:n])
-    per_step = wall / (n - lo) if n > lo and wall > 0 else None
+    shown = n if settled is None else min(n, settled)
+    lo = max(0, shown - _RECENT)
+    wall = sum(records["wall"][lo:shown])
+    per_step = wall / (shown - lo) if shown > lo and wall > 0 else None
     eta = (total_steps - n) * per_step if total_steps and per_step is not None else None
     if time_limit is not None:
         left = max(0.0, time_limit - elapsed)
         eta = left if eta is None else min(eta, left)
-    start = max(0, n - WINDOW)
-    recent = steady(records, range(lo, n), getattr(system, "workers", None) or 0)
+    start = max(0, shown - WINDOW)
+    recent = steady(records, range(lo, shown), getattr(system, "workers", None) or 0)
     rate, mfu = recent.samples_per_s, None
     if flops_per_sample and peak and rate > 0:  # NaN before a step: not > 0
         mfu = flops_per_sample * rate / peak
@@ -107,8 +113,8 @@ def snapshot(
         data_time=recent.data_time,
         batch_time=recent.batch_time,
         first_step=start + 1,
-        data_window=tuple(records["data_time"][start:n]),
-        batch_window=tuple(records["batch_time"][start:n]),
+        data_window=tuple(records["data_time"][start:shown]),
+        batch_window=tuple(records["batch_time"][start:shown]),
         time_limit=time_limit,
         cpu_percent=getattr(system, "cpu_percent", None),
         rss_bytes=getattr(system, "rss_bytes", None),
@@ -207,6 +213,7 @@ class LiveView:
         steps = min(len(records[k]) for k in _STEP_KEYS)
         return snapshot(
             records,
+            settled=getattr(probe, "settled", None),
             total_steps=planned_steps(fit.trainer) if fit is not None else None,
             elapsed=time.perf_counter() - self._started,
             time_limit=self.spec.controls.time,

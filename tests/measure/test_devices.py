@@ -5,12 +5,14 @@ path runs in the gpu-marked tests)."""
 from __future__ import annotations
 
 import ast
+import csv
 import inspect
 import itertools
 import statistics
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -232,6 +234,45 @@ def test_a_fits_device_timeline_is_read_on_the_way_at_most_64_steps_apart(
     assert during[0] == 1
     assert max(b - a for a, b in itertools.pairwise([*during, 300])) <= READ_EVERY_STEPS
     assert len(during) <= 1 + 300 / READ_EVERY_STEPS + seconds / READ_EVERY_S
+
+
+class SyncsEveryFourthStep(OnDevice):
+    """Waits for the device every fourth step, as a ``loss.item()`` every few steps does: the
+    host runs up to four steps ahead of the device's queue."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx % 4 == 3:
+            self.simulated.synchronize()
+        return loss
+
+
+def test_the_loggers_and_the_live_view_get_the_devices_figures_not_the_hosts(
+    device: SimulatedDevice, tmp_path: Path
+) -> None:
+    """The loader's 12 ms a batch overlaps the device's 20 ms of work: the host's batch_time is
+    what is left of its step, well under the device's, until the timeline is read. The loggers'
+    figures and the steps ``settled`` (the live view's) are the device's."""
+    probe = SpeedProbe(warmup=2, log_every_n_steps=10, sample_system=False)
+    seen: list[tuple[int, int | None]] = []  # (steps recorded, settled), each step
+
+    class Watch(pl.Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            seen.append((len(probe.records["batch_time"]), probe.settled))
+
+    model = SyncsEveryFourthStep(step_s=0.0)
+    model.simulated = device
+    logger = pl.loggers.CSVLogger(tmp_path, name="run")
+    quiet = {**QUIET_TRAINER, "logger": logger}
+    trainer = pl.Trainer(accelerator="cpu", max_steps=60, callbacks=[probe, Watch()], **quiet)
+    trainer.fit(model, known_cost_loader(n=800, batch_size=8, sleep_s=0.0015))
+    with open(Path(logger.log_dir) / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    logged = [float(r["speedlab/batch_time"]) for r in rows if r.get("speedlab/batch_time")]
+    assert len(logged) >= 2 and all(0.9 * STEP_S < b < 1.9 * STEP_S for b in logged), logged
+    assert all(settled is not None and settled <= steps for steps, settled in seen)
+    assert any(settled < steps for steps, settled in seen)  # the host ran ahead
+    assert device_work(probe.result().records["batch_time"][2:])
 
 
 def test_an_error_in_a_device_step_reaches_the_user_unchanged(device: SimulatedDevice) -> None:

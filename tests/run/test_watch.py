@@ -36,6 +36,23 @@ def test_snapshot_before_the_first_step_and_under_a_time_limit() -> None:
     assert capped.eta == pytest.approx(1.0)
 
 
+def test_on_an_asynchronous_device_the_figures_are_the_settled_steps_and_progress_every_step() -> (
+    None
+):
+    """Steps past ``settled`` still hold the host's figures (its queueing of the device's work)
+    until the device's timeline is read: the figures and the chart leave them out."""
+    records = records_of(150)
+    for key, value in (("data_time", 0.0001), ("batch_time", 0.0005), ("wall", 0.0006)):
+        records[key][100:] = [value] * 50
+    s = snapshot(records, settled=100, total_steps=200)
+    assert s.steps == 150  # the progress
+    assert (s.data_time, s.batch_time) == pytest.approx((0.002, 0.008))
+    assert s.samples_per_s == pytest.approx(8 / 0.010)
+    assert s.eta == pytest.approx(50 * 0.010)
+    assert s.first_step + len(s.batch_window) - 1 == 100
+    assert set(s.batch_window) == {0.008}
+
+
 def test_planned_steps_from_the_trainers_limits() -> None:
     assert planned_steps(pl.Trainer(max_steps=50, accumulate_grad_batches=2, **QUIET)) == 100
     assert planned_steps(pl.Trainer(max_epochs=3, **QUIET)) is None  # batches per epoch unknown yet

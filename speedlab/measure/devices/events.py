@@ -107,6 +107,11 @@ class Timeline:
         """Write the device's figures of the steps it has passed into ``records``; with
         ``wait``, of every step."""
 
+    def settled(self) -> int | None:
+        """How many of the first steps' records hold the device's figures, where the host's
+        stand until the timeline reads them; None where the records are shown as they are."""
+        return None
+
 
 def stamped(timeline: Timeline, call: Callable[..., Any]) -> Callable[..., Any]:
     """``call`` (a training batch) between the timeline's stamps of its start and end: a steady
@@ -211,6 +216,9 @@ class EventTimeline(Timeline):
         self._write(records)
         if wait and self._ends:
             self._write_lags(records, drained)
+
+    def settled(self) -> int:
+        return self._written
 
     def _passed(self) -> int:
         """How many of the journal's first events the device has reached: events in one queue
