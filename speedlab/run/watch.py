@@ -166,9 +166,10 @@ class _Ticker:
 class LiveView:
     """A view that shows nothing; the base of the real views.
 
-    The runner calls ``start_sweep``; per run ``predicted`` (after the baseline), ``start_run``, ``watch`` (training starts) and
-    ``unwatch`` (it ended), then ``end_run`` with each result; at last ``end_sweep``. Views
-    with ``live = True`` get ``draw`` calls from a ticker thread while a run trains.
+    The runner calls ``start_sweep``; per run ``predicted`` (after the baseline),
+    ``start_run``, ``watch`` (training starts) and ``unwatch`` (it ended), then ``end_run``
+    with each result; at last ``end_sweep``. Views with ``live = True`` get ``draw`` calls
+    from a ticker thread while a run trains.
     """
 
     live = False

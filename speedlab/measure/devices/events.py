@@ -10,9 +10,9 @@ step an edge belongs to is worked out when the events are read, not on the train
 
 Read on the training path a few times a second (``Timeline.due``: a reading costs as much for
 one step as for many), as far as the device has got (``query``), and after one synchronisation
-at the end of the fit (``wait``), the events become the device's seconds, and the same calls, in the same order, build
-a second ``StepLog`` on the device's clock. Its figures replace the host's, by the host's own
-rules:
+at the end of the fit (``wait``), the events become the device's seconds, and the same calls,
+in the same order, build a second ``StepLog`` on the device's clock. Its figures replace the
+host's, by the host's own rules:
 
 - data_time: the step's origin (the last fetch start before its batch; its epoch's start for an
   epoch's first) to its training batch's start: the time the device had nothing of this step to
