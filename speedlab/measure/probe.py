@@ -191,17 +191,13 @@ class _SpeedProbeCore:
                 watching = index < warm
                 if watching:
                     self._watches.enter(index)
-                if timeline is not None:
-                    timeline.start()
                 try:
-                    return original(*args)
+                    return steady(*args)
                 except BaseException as error:
                     if watch_errors:
                         ranks.saw(error)
                     raise
                 finally:
-                    if timeline is not None:
-                        timeline.end()
                     if watching:
                         self._watches.exit()
                     if not watch_errors and index + 1 >= warm:
