@@ -276,7 +276,7 @@ class _SpeedProbeCore:
             self._steps.heap.stop()
             if self.sampler is not None:
                 self.sampler.stop()
-            self._watches.exit()  # the debug mode back as it was, if a step was cut short
+            self._watches.close()  # the debug mode and the trace's settings back as they were
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 

@@ -36,6 +36,14 @@ class WarmupWatches:
         for watch in self.each:
             watch.exit()
 
+    def close(self) -> None:
+        """The fit ended: each watch stops, and what the device's trace set is put back."""
+        try:
+            self.exit()
+        finally:
+            if self.busy is not None:
+                self.busy.close()
+
     def results(self) -> dict[str, dict[str, Any]]:
         """A run's ``host_syncs``, ``flops`` and ``device_busy``."""
         return {

@@ -1,9 +1,8 @@
 """The device timeline's figures and the doctor's findings recomputed from recorded runs
 (tests/fixtures/gpu/, written by ``make gpu-check``): each workload's step records, the truth
 synchronised beside them and the limit it was built to have. Each says in its metadata where it
-was recorded: a lent GPU (naming it, its torch and its driver) or the simulated device. On
-2026-11-30 an H200's replaced the simulated device's but for copy_bound, which that run's
-calibration left paced by the host (busy 0.7 ms of a 2.5 ms batch_time), not as it was built."""
+was recorded: a lent GPU (naming it, its torch and its driver) or the simulated device. All
+five are an H200's (benchmarks/gpu-runs/2026-11-30-h200-2/, the third run there)."""
 
 from __future__ import annotations
 

@@ -6,13 +6,15 @@ still queueing the next (a launch-bound step). The device's own trace of its ker
 does tell, as Holistic Trace Analysis reads it from a whole trace after the fact; here one
 warm-up step is traced (the figures leave warm-up out, so the tracing's cost touches none of
 them), and its busy time splits the steady steps' device time three ways
-(``speedlab.results.device.DeviceSplit``).
+(``speedlab.results.device.DeviceSplit``). The trace must leave nothing behind for the steps
+after it: what a device's watch sets for it is put back at the fit's end.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 
@@ -36,18 +38,36 @@ def busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 class BusyWatch:
-    """Traces the device's work in warm-up step ``step`` with ``trace`` (a new Trace, started)."""
+    """Traces the device's work in warm-up step ``step`` with ``trace`` (a new Trace, started).
 
-    def __init__(self, step: int, trace: Callable[[], Trace]) -> None:
+    ``env``: variables the trace needs, set where the process has not set them, from the
+    trace's start until ``close`` (the fit's end) puts them back. ``untraced``: why no step is
+    traced here, kept in the result so that a missing figure says why.
+    """
+
+    def __init__(
+        self,
+        step: int,
+        trace: Callable[[], Trace],
+        env: Mapping[str, str] | None = None,
+        untraced: str = "",
+    ) -> None:
         self.step = step
         self._start = trace
         self._trace: Trace | None = None
+        self._env = dict(env or {})
+        self._unset: list[str] = []  # the variables set here, to unset at close
+        self.untraced = untraced
         self.busy: float | None = None
         self.source = ""
 
     def enter(self, step: int) -> None:
-        if step != self.step or self.busy is not None:
+        if step != self.step or self.busy is not None or self.untraced:
             return
+        for name, value in self._env.items():
+            if name not in os.environ:
+                os.environ[name] = value
+                self._unset.append(name)
         try:
             self._trace = self._start()
         except Exception:  # a trace of the user's is running: it keeps the device's record
@@ -68,8 +88,20 @@ class BusyWatch:
             self.busy = busy_seconds(intervals)
             self.source = trace.source
 
+    def close(self) -> None:
+        """The fit ended: the step's trace stops if it was cut short, and ``env`` is put back."""
+        try:
+            self.exit()
+        finally:
+            for name in self._unset:
+                os.environ.pop(name, None)
+            self._unset.clear()
+
     def result(self) -> dict[str, Any]:
-        """``{"step", "busy" (seconds), "source"}`` once the step was traced; else empty."""
+        """``{"step", "busy" (seconds), "source"}`` once the step was traced, ``{"untraced"}``
+        where none may be; else empty."""
+        if self.untraced:
+            return {"untraced": self.untraced}
         if self.busy is None:
             return {}
         return {"step": self.step, "busy": self.busy, "source": self.source}
@@ -99,6 +131,9 @@ class ProfilerTrace:
             self._synchronize()
         finally:
             self._profile.__exit__(None, None, None)
+        # A CUDA call: where TEARDOWN_CUPTI=1, kineto detaches CUPTI on the first one after the
+        # trace, so now, not in the middle of a later trace (pytorch/kineto#1554).
+        self._synchronize()
         kind = getattr(DeviceType, self._device_type)
         return [
             (event.time_range.start / 1e6, event.time_range.end / 1e6)  # microseconds

@@ -9,6 +9,9 @@ be uninitialised: it never initialises it.
 
 from __future__ import annotations
 
+import os
+from functools import partial
+
 from speedlab.measure.devices.busy import BusyWatch, ProfilerTrace
 from speedlab.measure.devices.device import Device
 from speedlab.measure.devices.events import EventTimeline
@@ -16,6 +19,9 @@ from speedlab.measure.flops import gpu_peak, precision_dtype
 from speedlab.measure.machine import imported_torch
 from speedlab.measure.numerics import MATMUL_MODES, amp_choice, cuda_math, matmul_effect
 from speedlab.measure.syncs import SyncWatch
+
+CUPTI_TEARDOWN = "TEARDOWN_CUPTI"
+"""kineto's switch: "1" detaches CUPTI from the process after a trace."""
 
 
 class CudaDevice(Device):
@@ -64,12 +70,28 @@ class CudaDevice(Device):
         return SyncWatch(warmup)
 
     def busy_watch(self, warmup: int) -> BusyWatch | None:
-        """CUPTI's record of the GPU's kernels, copies and memsets, through torch.profiler."""
+        """CUPTI's record of the GPU's kernels, copies and memsets, through torch.profiler.
+
+        kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1, and then every later
+        launch of the process costs the host more: a tiny kernel's 6.7 us read 8.2 to 13.1 us
+        after one to eight traces on the H200 (make gpu-check). So the watch sets it for the
+        fit, and where the process set it otherwise (torch.compile's CUDA graphs set "0": CUPTI
+        torn down under them can crash), it traces nothing and says why.
+        """
         import torch
 
         if not warmup:
             return None
-        return BusyWatch(warmup - 1, lambda: ProfilerTrace("CUDA", "CUDA", torch.cuda.synchronize))
+        trace = partial(ProfilerTrace, "CUDA", "CUDA", torch.cuda.synchronize)
+        kept = os.environ.get(CUPTI_TEARDOWN, "1")
+        if kept != "1":
+            return BusyWatch(
+                warmup - 1,
+                trace,
+                untraced=f"no trace of a step: {CUPTI_TEARDOWN}={kept} in this process keeps "
+                "CUPTI attached after a trace, which would slow every later kernel launch",
+            )
+        return BusyWatch(warmup - 1, trace, env={CUPTI_TEARDOWN: "1"})
 
     def memory_reserved(self) -> int | None:
         """Bytes torch's CUDA allocator holds over all GPUs, only where the user's code has

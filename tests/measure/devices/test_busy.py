@@ -4,20 +4,25 @@ simulated device's record of its work, under a real fit."""
 
 from __future__ import annotations
 
+import os
 import time
+from unittest import mock
 
 import pytest
 import torch
 
+import speedlab.measure.devices
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.launches import LAUNCH_IDLE_SHARE
 from speedlab.labs.known_cost import busy_wait
 from speedlab.measure.devices.busy import BusyWatch, ProfilerTrace, busy_seconds
+from speedlab.measure.devices.cuda import CUPTI_TEARDOWN, CudaDevice
 from speedlab.measure.probe import SpeedProbe
 from tests.simulated_device import (
     STEP_S,
     OnDevice,
     SimulatedDevice,
+    SimulatedTrace,
     fit_on_device,
     on_device,
     probe_on_simulated_device,
@@ -159,3 +164,97 @@ def test_without_warm_up_nothing_is_traced(device: SimulatedDevice) -> None:
     probe = SpeedProbe(warmup=0, sample_system=False)
     fit_on_device(on_device(device), probe, 6)
     assert probe.result().device_busy == {} and probe.result().device_split is None
+
+
+def test_what_a_trace_needs_is_set_from_its_step_to_the_fits_end_only_where_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPEEDLAB_TRACE_NEEDS", raising=False)
+    monkeypatch.setenv("SPEEDLAB_TRACE_KEPT", "theirs")
+    seen = []
+
+    def started() -> _Trace:
+        seen.append(os.environ.get("SPEEDLAB_TRACE_NEEDS"))
+        return _Trace([(0.0, 0.001)])
+
+    watch = BusyWatch(1, started, env={"SPEEDLAB_TRACE_NEEDS": "1", "SPEEDLAB_TRACE_KEPT": "1"})
+    watch.enter(0)
+    watch.exit()
+    assert "SPEEDLAB_TRACE_NEEDS" not in os.environ  # not before its step
+    watch.enter(1)
+    watch.exit()
+    assert seen == ["1"] and os.environ["SPEEDLAB_TRACE_NEEDS"] == "1"  # kept to the fit's end
+    assert os.environ["SPEEDLAB_TRACE_KEPT"] == "theirs"  # the process's own setting stands
+    watch.close()
+    assert "SPEEDLAB_TRACE_NEEDS" not in os.environ
+    assert os.environ["SPEEDLAB_TRACE_KEPT"] == "theirs"
+    assert watch.result()["busy"] == pytest.approx(0.001)
+
+
+def test_a_cuda_watch_detaches_cupti_after_its_trace_unless_the_process_keeps_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1, and every later
+    launch paid for it (make gpu-check's launches line): the watch sets it for its fit; where
+    the process set "0" (torch.compile's CUDA graphs do), it traces nothing and says why."""
+    monkeypatch.setenv(CUPTI_TEARDOWN, "0")
+    kept = CudaDevice().busy_watch(warmup=2)
+    kept.enter(1)
+    kept.close()
+    assert kept.result() == {"untraced": kept.untraced}
+    assert "TEARDOWN_CUPTI=0" in kept.untraced and "slow every later kernel launch" in kept.untraced
+    assert os.environ[CUPTI_TEARDOWN] == "0"
+
+    monkeypatch.delenv(CUPTI_TEARDOWN)
+    seen: list[str | None] = []
+
+    def started(*args: object) -> _Trace:
+        seen.append(os.environ.get(CUPTI_TEARDOWN))
+        return _Trace([(0.0, 0.002)])
+
+    with mock.patch("speedlab.measure.devices.cuda.ProfilerTrace", started):
+        watch = CudaDevice().busy_watch(warmup=2)
+    watch.enter(1)
+    watch.exit()
+    assert seen == ["1"] and not watch.untraced
+    watch.close()
+    assert CUPTI_TEARDOWN not in os.environ
+
+
+class _Needs(SimulatedDevice):
+    """The simulated device, its trace needing a variable set, as CUDA's needs TEARDOWN_CUPTI."""
+
+    def busy_watch(self, warmup: int) -> BusyWatch | None:
+        return BusyWatch(
+            warmup - 1, lambda: SimulatedTrace(self), env={"SPEEDLAB_TRACE_NEEDS": "1"}
+        )
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_fit_puts_back_what_its_trace_set_when_it_ends_or_fails(
+    monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    monkeypatch.delenv("SPEEDLAB_TRACE_NEEDS", raising=False)
+    with probe_on_simulated_device():
+        device = _Needs()
+        seen = []
+
+        class Watched(OnDevice):
+            def training_step(self, batch, batch_idx):
+                seen.append(os.environ.get("SPEEDLAB_TRACE_NEEDS"))
+                if fails and batch_idx == 5:
+                    raise RuntimeError("the user's step fails")
+                return super().training_step(batch, batch_idx)
+
+        model = Watched(step_s=0.0)
+        model.simulated = device
+        probe = SpeedProbe(warmup=2, sample_system=False)
+        with mock.patch.dict(speedlab.measure.devices.DEVICES, {"cpu": lambda: device}):
+            if fails:
+                with pytest.raises(RuntimeError, match="the user's step fails"):
+                    fit_on_device(model, probe, 8)
+            else:
+                fit_on_device(model, probe, 8)
+    assert seen[:2] == [None, "1"]  # set as the traced warm-up step starts, and kept after it
+    assert set(seen[2:]) == {"1"}
+    assert "SPEEDLAB_TRACE_NEEDS" not in os.environ

@@ -3,6 +3,7 @@ checked with a fake torch.cuda where no GPU is needed, and on the GPU in the gpu
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 from typing import ClassVar
@@ -169,13 +170,16 @@ def test_on_this_gpu_the_busy_watch_reads_its_kernels_not_the_gaps_between_them(
     torch.cuda._sleep(cycles)
     torch.cuda.synchronize()
     two_ms = int(0.002 * cycles / (time.perf_counter() - start))
+    theirs = os.environ.get(cuda.CUPTI_TEARDOWN)
     watch = CudaDevice().busy_watch(1)
     watch.enter(0)
     for _ in range(10):
         torch.cuda._sleep(two_ms)
         busy_wait(0.003)
-    watch.exit()
+    during = os.environ.get(cuda.CUPTI_TEARDOWN)
+    watch.close()
     assert watch.result()["busy"] == pytest.approx(0.020, rel=0.15)
+    assert during == "1" and os.environ.get(cuda.CUPTI_TEARDOWN) == theirs  # set, put back
 
 
 @needs_gpu
