@@ -158,10 +158,11 @@ gpu-check: GPU_WHEELS = $(GPU_BOX)/wheels
 gpu-check: GPU_SITE = $(CURDIR)/$(GPU_BOX)/site
 gpu-check: GPU_TARGET = --only-binary=:all:
 gpu-check: setup-gpu-box gpu-wheels
-	$(GPU_CHECK) --simulate --record test-artifacts/gpu-simulated
+	$(GPU_CHECK) --simulate --record test-artifacts/gpu-simulated \
+		--probe-steps test-artifacts/gpu-simulated/probe-steps.json
 else
 gpu-check:
-	$(GPU_CHECK) --record tests/fixtures/gpu
+	$(GPU_CHECK) --record tests/fixtures/gpu --probe-steps test-artifacts/gpu-probe-steps.json
 endif
 
 # XLA on its CPU runtime (tests/xla): torch-xla 2.9.0 needs torch 2.9.0, in a venv of its own

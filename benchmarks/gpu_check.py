@@ -87,6 +87,8 @@ BATCH = 8
 FEATURES = 8
 TOLERANCE = {"samples_per_s": 0.03, "split": 0.10}
 """samples/s within 3% of the truth; data_time and batch_time within 10% of the step."""
+STALL = 3.0
+"""A step over this many times its block's median stalled (the probe-cost line counts them)."""
 PROBE_COST_US = 40.0
 """The most SpeedProbe may add to a 2 ms GPU step, in microseconds (and less than
 SimpleProfiler)."""
@@ -290,18 +292,22 @@ WORKLOADS = (
 @dataclass
 class DeviceWork:
     """The seconds of each step's device work, by the device's own events around it (the steps
-    of a synced workload), and the host's clock less all of them: a synced step's time on that
-    clock is the host's work alone, whatever the device's clocks did to its own."""
+    of a synced workload). ``clock``: the host's clock less all of them, on which a synced
+    step's time is the host's work alone; at each reading it notes the host's clock and the
+    main thread's CPU time (``read``)."""
 
     steps: list[float] = field(default_factory=list)
     total: float = 0.0
+    read: list[tuple[float, float]] = field(default_factory=list)
 
     def add(self, seconds: float) -> None:
         self.steps.append(seconds)
         self.total += seconds
 
-    def host_clock(self) -> float:
-        return time.perf_counter() - self.total
+    def clock(self) -> float:
+        wall = time.perf_counter()
+        self.read.append((wall, time.thread_time()))
+        return wall - self.total
 
 
 class CheckModel(KnownCostModel):
@@ -571,7 +577,7 @@ def check_error(backend: Backend) -> Line:
     return Line("an error in a device step reaches the caller", False, "nothing was raised")
 
 
-def check_probe_cost(backend: Backend) -> list[Line]:
+def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Line]:
     """SpeedProbe's and SimpleProfiler's added time a step on 2 ms device steps, as
     ``benchmarks/probe_overhead.py`` measures it on the CPU: one fit switches between bare,
     bare again (the noise floor), SpeedProbe, SimpleProfiler and bare with 10 us of busy-waiting
@@ -590,24 +596,33 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     clock less each step's device work, by the device's events around it (``DeviceWork``): the
     host's work alone. On the H200 on 2026-11-30, with the host queueing ahead of the device,
     the host's work a step (about as long as the device's) was hidden in some steps and not in
-    others, and the known 10 us read +136.9; with each step waiting, on the host's clock, +64.0
-    (``torch.cuda._sleep`` counts the GPU's cycles, whose rate its clocks set)."""
+    others, and the known 10 us read +136.9; with each step waiting, on the host's clock, +64.0;
+    with the device's work (2.009 to 2.020 ms) taken out too, +55.9, the A/A control +38.8:
+    the arms' blocks spread by about 165 us a step from cycle to cycle, the host's own noise.
+    So a second line gives the same figures on the main thread's CPU time, which leaves out
+    time the thread was not running, and the steps far over their block's median (stalls), arm
+    by arm; ``steps_to`` gets every step's stamps, to look into the noise where it ran."""
     two_ms = Workload("two_ms", work_s=0.002, synced=True)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     # A block's counted steps (from place SETTLE, less the last) hold two of a device
     # timeline's readings in 128 steps: as many as the steady steps of a fit of 2 ms steps do.
-    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (12, SETTLE + 2 + 2 * READS)
+    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (24, SETTLE + 2 + 2 * READS)
     host, python = "speedprobe-host", "speedprobe-costless-events"
     more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
     worked = DeviceWork()
-    rotation = Rotation(block, random.Random(0), worked.host_clock, more)
+    rotation = Rotation(block, random.Random(0), worked.clock, more)
     steps = cycles * len(rotation.arms) * block + block
     with FullCollections() as full:
         cell(backend, two_ms, rotation, steps=steps, worked=worked)()
+    if steps_to is not None:
+        stamps = [(*step[:2], *read) for step, read in zip(rotation.steps, worked.read)]
+        steps_to.parent.mkdir(parents=True, exist_ok=True)
+        steps_to.write_text(json.dumps({"block": block, "steps": stamps, "work": worked.steps}))
     found = rotation.cycles()
-    if not found:
+    on_cpu = rotation.cycles([cpu for _, cpu in worked.read])
+    if not found or not on_cpu:
         return [Line("probe cost on 2 ms steps", False, "no complete cycle was timed")]
-    added = {arm: [(c[arm] - c["bare"]) * 1e6 for c in found] for arm in rotation.arms[1:]}
+    added = _added(rotation, found)
     probe, simple = (statistics.median(added[arm]) for arm in ("speedprobe", "simpleprofiler"))
     low, high = bootstrap_median([added["speedprobe"]], random.Random(1))
     split = [added[host], added[python], added["speedprobe"]]  # each arm's, cycle by cycle
@@ -619,9 +634,7 @@ def check_probe_cost(backend: Backend) -> list[Line]:
         f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over {len(found)} "
         f"cycles; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
         f"timeline's Python {own:+.1f}, its events' calls {events:+.1f}), SimpleProfiler "
-        f"{simple:+.1f} us; the known {KNOWN_S * 1e6:.0f} us read "
-        f"{statistics.median(added[KNOWN]):+.1f}, bare again "
-        f"{statistics.median(added['bare-again']):+.1f}; bare's step "
+        f"{simple:+.1f} us; {_controls(added)}; bare's step "
         f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms less the device's work, "
         f"which read {_spread(worked.steps[WARMUP:])} a step; {full}"
     )
@@ -630,6 +643,7 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     if missed:
         figure += f"; the known cost read {known:.1f} times itself (allowed 0 to 2)"
     judged = None if backend.simulated else not missed and probe <= PROBE_COST_US and probe < simple
+    cpu = _added(rotation, on_cpu)
     places = rotation.places()
     tail = [
         (places["speedprobe"][i] - places["bare"][i]) * 1e6
@@ -642,6 +656,13 @@ def check_probe_cost(backend: Backend) -> list[Line]:
             figure,
         ),
         Line(
+            "the same on the main thread's CPU time",
+            None,
+            f"SpeedProbe {statistics.median(cpu['speedprobe']):+.1f} us a step, SimpleProfiler "
+            f"{statistics.median(cpu['simpleprofiler']):+.1f}; {_controls(cpu)}; steps over "
+            f"{STALL:.0f} times their block's median: {_stalls(rotation)}",
+        ),
+        Line(
             "SpeedProbe's first steady steps after it is attached, over bare's",
             None,
             " ".join(f"{x:+.0f}" for x in tail)
@@ -651,26 +672,51 @@ def check_probe_cost(backend: Backend) -> list[Line]:
     ]
 
 
+def _added(rotation: Rotation, cycles: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Each arm's added us a step over bare, cycle by cycle."""
+    return {arm: [(c[arm] - c["bare"]) * 1e6 for c in cycles] for arm in rotation.arms[1:]}
+
+
+def _controls(added: dict[str, list[float]]) -> str:
+    return (
+        f"the known {KNOWN_S * 1e6:.0f} us read {statistics.median(added[KNOWN]):+.1f}, bare "
+        f"again {statistics.median(added['bare-again']):+.1f}"
+    )
+
+
+def _stalls(rotation: Rotation) -> str:
+    """Per arm, the counted steps over ``STALL`` times their block's median, and the time
+    they took over it, in us a counted step."""
+    tally = {arm: [0, 0.0, 0] for arm in rotation.arms}
+    for arm, times in rotation.blocks().values():
+        counted = times[SETTLE:-1]
+        typical = statistics.median(counted)
+        over = [t - typical for t in counted if t > STALL * typical]
+        tally[arm][0] += len(over)
+        tally[arm][1] += sum(over)
+        tally[arm][2] += len(counted)
+    return ", ".join(
+        f"{arm} {n} ({excess / max(steps, 1) * 1e6:+.1f} us a step)"
+        for arm, (n, excess, steps) in tally.items()
+    )
+
+
 class FullCollections:
-    """The heap built before (the workloads' records, Lightning, torch) frozen out of Python's
-    collections while the context lasts, and its full collections counted and timed: one of a
-    large heap stalls the step it lands in for many milliseconds, in one arm's block by chance
-    (tests/simulated_device.py saw 390 ms for 3 million objects). On the H200 on 2026-11-30 the
-    arms' blocks, device work taken out, still spread by about 165 us a step from cycle to
-    cycle (the A/A control read +38.8, the known 10 us +55.9), with the heap not frozen."""
+    """Python's full collections while the context lasts, counted and timed: one of a large
+    heap stalls the step it lands in for many milliseconds (tests/simulated_device.py saw
+    390 ms for 3 million objects), in one arm's block by chance. In this fit on the simulated
+    device, with the heap of the five workloads before it (382,362 objects) not frozen, none
+    ran."""
 
     def __init__(self) -> None:
         self.count, self.seconds, self._start = 0, 0.0, 0.0
 
     def __enter__(self) -> FullCollections:
-        gc.collect()
-        gc.freeze()
         gc.callbacks.append(self._seen)
         return self
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._seen)
-        gc.unfreeze()
 
     def _seen(self, phase: str, info: dict[str, int]) -> None:
         if info["generation"] != 2:
@@ -892,6 +938,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulate", action="store_true", help="the simulated device")
     parser.add_argument("--record", type=Path, help="write each workload's records here")
     parser.add_argument(
+        "--probe-steps", type=Path, help="write the probe-cost fit's step stamps to this file"
+    )
+    parser.add_argument(
         "--launch-costs", action="store_true", help="only print launch_costs' JSON (a child's)"
     )
     parser.add_argument("--known-us", type=float, default=0.0, help="launch_costs' known_s, in us")
@@ -915,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         for check in (check_workers_sweep, check_error):
             lines.append(check(backend))
             print(lines[-1], flush=True)
-        cost = [*check_probe_cost(backend), check_event_calls(backend)]
+        cost = [*check_probe_cost(backend, args.probe_steps), check_event_calls(backend)]
         print("\n".join(map(str, cost)), flush=True)
         lines += cost
     lasting = check_trace_lasting(args.simulate)

@@ -153,20 +153,22 @@ class Rotation(pl.Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._switch(trainer, pl_module, "bare")
 
-    def _blocks(self) -> dict[int, tuple[str, list[float]]]:
-        """Each counted block's arm and step times (the step before a switch left out)."""
+    def blocks(self, at: list[float] | None = None) -> dict[int, tuple[str, list[float]]]:
+        """Each counted block's arm and step times (the step before a switch left out); ``at``:
+        the steps' stamps on another clock than the rotation's, one a step."""
+        stamps = at if at is not None else [step[2] for step in self.steps]
         blocks: dict[int, tuple[str, list[float]]] = {}
-        for step, following in itertools.pairwise(self.steps):
+        for (step, start), (following, end) in itertools.pairwise(zip(self.steps, stamps)):
             arm, block = step[:2]
             if block == following[1] and block > 0:
-                blocks.setdefault(block, (arm, []))[1].append(following[2] - step[2])
+                blocks.setdefault(block, (arm, []))[1].append(end - start)
         return blocks
 
-    def cycles(self) -> list[dict[str, float]]:
+    def cycles(self, at: list[float] | None = None) -> list[dict[str, float]]:
         """Per cycle, each arm's mean step time without the steps next to a switch, and
-        (``"<arm> start"``) the time those first steps took."""
+        (``"<arm> start"``) the time those first steps took; ``at`` as ``blocks``'."""
         cycles: dict[int, dict[str, float]] = {}
-        for block, (arm, times) in self._blocks().items():
+        for block, (arm, times) in self.blocks(at).items():
             if len(times) > 2 * SETTLE:
                 cycle = cycles.setdefault((block - 1) // len(self.arms), {})
                 cycle[arm] = statistics.fmean(times[SETTLE:-1])
@@ -176,7 +178,7 @@ class Rotation(pl.Callback):
     def places(self) -> dict[str, list[float]]:
         """Per arm, the median step time at each place in its blocks (``--places``)."""
         at: dict[str, list[list[float]]] = {}
-        for arm, times in self._blocks().values():
+        for arm, times in self.blocks().values():
             for place, seconds in enumerate(times):
                 column = at.setdefault(arm, [])
                 column.extend([] for _ in range(place + 1 - len(column)))
