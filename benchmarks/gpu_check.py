@@ -689,6 +689,8 @@ def _stalls(rotation: Rotation) -> str:
     they took over it, in us a counted step."""
     tally = {arm: [0, 0.0, 0] for arm in rotation.arms}
     for arm, times in rotation.blocks().values():
+        if len(times) <= 2 * SETTLE:  # as ``Rotation.cycles``: a block cut short counts none
+            continue
         counted = times[SETTLE:-1]
         typical = statistics.median(counted)
         over = [t - typical for t in counted if t > STALL * typical]

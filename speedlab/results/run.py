@@ -122,7 +122,7 @@ class RunResult:
     device's ``peak`` FLOP/s with its ``peak_source`` (speedlab.measure.flops). ``device_busy``,
     on a device that traces its work, holds the seconds it worked in one warm-up step (``busy``,
     that ``step``'s index, the trace's ``source``; speedlab.measure.devices.busy), which
-    ``device_split`` reads.
+    ``device_split`` reads, or why no step may be traced there (``untraced``).
 
     ``comparison`` is the run's comparison with its sweep's baseline and ``break_even`` the
     steps after which each up-front knob (compile, preload) pays back (None: never), both
