@@ -65,6 +65,7 @@ from benchmarks.probe_overhead import (  # noqa: E402
     KNOWN_S,
     PROBE_WARMUP,
     SETTLE,
+    Paired,
     Rotation,
     TimelineProbe,
     bootstrap_median,
@@ -581,8 +582,9 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     """SpeedProbe's and SimpleProfiler's added time a step on 2 ms device steps, as
     ``benchmarks/probe_overhead.py`` measures it on the CPU: one fit switches between bare,
     bare again (the noise floor), SpeedProbe, SimpleProfiler and bare with 10 us of busy-waiting
-    (a known answer) every ``block`` steps in a shuffled order; each arm's mean step, less its
-    cycle's bare one, over the cycles. Whole fits timed one after another read bare Lightning's
+    (a known answer) every ``block`` steps, bare in every other block and the others between in
+    a shuffled order; each arm's mean step, less the mean of the bare blocks either side of it,
+    over its blocks. Whole fits timed one after another read bare Lightning's
     own step 2131 to 2560 us a step from one round to the next on the H200, as wide as the cost
     being measured. A cost the probe leaves in the process for every later step falls on every
     arm alike and does not show here: ``check_trace_lasting`` measures that one. Two more arms
@@ -599,43 +601,42 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     others, and the known 10 us read +136.9; with each step waiting, on the host's clock, +64.0;
     with the device's work (2.009 to 2.020 ms) taken out too, +55.9, the A/A control +38.8:
     the arms' blocks spread by about 165 us a step from cycle to cycle, the host's own noise.
-    So a second line gives the same figures on the main thread's CPU time, which leaves out
+    Each arm's block is now read against the bare blocks either side of it, where it was read
+    against its cycle's one bare block (on a noisy 2-core machine the same time read the known
+    answer with 0.57 times the standard error; ``Rotation``), over 18 cycles of twelve blocks
+    (216 blocks where 24 cycles of seven were 168: about 125 s of 3.4 ms steps, the check about
+    4 minutes). A second line gives the same figures on the main thread's CPU time, which leaves out
     time the thread was not running, and the steps far over their block's median (stalls), arm
     by arm; ``steps_to`` gets every step's stamps, to look into the noise where it ran."""
     two_ms = Workload("two_ms", work_s=0.002, synced=True)
     # On the simulated device the figure is not judged: one short cycle shows the code runs.
     # A block's counted steps (from place SETTLE, less the last) hold two of a device
     # timeline's readings in 128 steps: as many as the steady steps of a fit of 2 ms steps do.
-    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (24, SETTLE + 2 + 2 * READS)
+    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (18, SETTLE + 2 + 2 * READS)
     host, python = "speedprobe-host", "speedprobe-costless-events"
     more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
     worked = DeviceWork()
     rotation = Rotation(block, random.Random(0), worked.clock, more)
-    steps = cycles * len(rotation.arms) * block + block
     with FullCollections() as full:
-        cell(backend, two_ms, rotation, steps=steps, worked=worked)()
+        cell(backend, two_ms, rotation, steps=rotation.fit_steps(cycles), worked=worked)()
     if steps_to is not None:
         stamps = [(*step[:2], *read) for step, read in zip(rotation.steps, worked.read)]
         steps_to.parent.mkdir(parents=True, exist_ok=True)
         steps_to.write_text(json.dumps({"block": block, "steps": stamps, "work": worked.steps}))
-    found = rotation.cycles()
-    on_cpu = rotation.cycles([cpu for _, cpu in worked.read])
-    if not found or not on_cpu:
-        return [Line("probe cost on 2 ms steps", False, "no complete cycle was timed")]
-    added = _added(rotation, found)
+    found = rotation.paired()
+    if not all(found.values()):
+        return [Line("probe cost on 2 ms steps", False, "an arm had no block between bare ones")]
+    added = _added(found)
     probe, simple = (statistics.median(added[arm]) for arm in ("speedprobe", "simpleprofiler"))
     low, high = bootstrap_median([added["speedprobe"]], random.Random(1))
-    split = [added[host], added[python], added["speedprobe"]]  # each arm's, cycle by cycle
-    own, events = (
-        statistics.median(b - a for a, b in zip(lower, upper))
-        for lower, upper in itertools.pairwise(split)
-    )
+    split = [statistics.median(added[arm]) for arm in (host, python, "speedprobe")]
+    own, events = (upper - lower for lower, upper in itertools.pairwise(split))
     figure = (
-        f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over {len(found)} "
-        f"cycles; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
+        f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over "
+        f"{len(found['speedprobe'])} blocks; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
         f"timeline's Python {own:+.1f}, its events' calls {events:+.1f}), SimpleProfiler "
         f"{simple:+.1f} us; {_controls(added)}; bare's step "
-        f"{statistics.median(c['bare'] for c in found) * 1e3:.3f} ms less the device's work, "
+        f"{statistics.median(p.bare for p in found['speedprobe']) * 1e3:.3f} ms less the device's work, "
         f"which read {_spread(worked.steps[WARMUP:])} a step; {full}"
     )
     known = statistics.median(added[KNOWN]) / (KNOWN_S * 1e6)
@@ -643,7 +644,7 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     if missed:
         figure += f"; the known cost read {known:.1f} times itself (allowed 0 to 2)"
     judged = None if backend.simulated else not missed and probe <= PROBE_COST_US and probe < simple
-    cpu = _added(rotation, on_cpu)
+    cpu = _added(rotation.paired([cpu for _, cpu in worked.read]))
     places = rotation.places()
     tail = [
         (places["speedprobe"][i] - places["bare"][i]) * 1e6
@@ -672,9 +673,9 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     ]
 
 
-def _added(rotation: Rotation, cycles: list[dict[str, float]]) -> dict[str, list[float]]:
-    """Each arm's added us a step over bare, cycle by cycle."""
-    return {arm: [(c[arm] - c["bare"]) * 1e6 for c in cycles] for arm in rotation.arms[1:]}
+def _added(paired: dict[str, list[Paired]]) -> dict[str, list[float]]:
+    """Each arm's added us a step over the bare blocks either side, block by block."""
+    return {arm: [(p.step - p.bare) * 1e6 for p in pairs] for arm, pairs in paired.items()}
 
 
 def _controls(added: dict[str, list[float]]) -> str:
@@ -689,7 +690,7 @@ def _stalls(rotation: Rotation) -> str:
     they took over it, in us a counted step."""
     tally = {arm: [0, 0.0, 0] for arm in rotation.arms}
     for arm, times in rotation.blocks().values():
-        if len(times) <= 2 * SETTLE:  # as ``Rotation.cycles``: a block cut short counts none
+        if len(times) <= 2 * SETTLE:  # as ``Rotation.paired``: a block cut short counts none
             continue
         counted = times[SETTLE:-1]
         typical = statistics.median(counted)

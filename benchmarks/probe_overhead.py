@@ -2,8 +2,9 @@
 
 A shared virtual machine drifts by 10-20% from one second to the next, far more than the 2%
 being measured, so whole runs compared one after another cannot resolve it. Here the arms are
-interleaved inside each training run instead: every `--block` steps the run switches, in a
-shuffled order, between bare, bare again (an A/A control: the noise floor), SpeedProbe
+interleaved inside each training run instead: every `--block` steps the run switches between
+bare and, in the blocks between bare ones, in a shuffled order, bare again (an A/A control: the
+noise floor), SpeedProbe
 attached (its own setup/teardown hooks, sampler included), SimpleProfiler installed as the
 Trainer's profiler, and a known answer: bare with 10 us of busy-waiting added to each step,
 which shows how the rotation reads a known cost of the target's size. A clock callback present
@@ -15,8 +16,10 @@ showed that tail on the zero-cost step (``--places`` prints it; on 2026-11-30, 1
 cycles of 80-step blocks, the probe without its sampler): +112 us on the step after the counted
 one, about +10 us twenty steps on, +5 to +6 us from the fortieth, where a probe that counted no
 FLOPs read the same. Until then this benchmark left out 8 steps after the warm-up, and its
-40-step blocks' medians lay in that tail. Each cycle (one block of each arm) gives a ratio to
-its own bare block, each block's figure its mean step: what a probe does every so many steps
+40-step blocks' medians lay in that tail. Each block of an arm gives a ratio to the mean of
+the bare blocks either side of it (``Rotation``: until 2026-11-30 each cycle of shuffled arms
+had one bare block, and the drift between blocks was twice as wide), each block's figure its
+mean step: what a probe does every so many steps
 is a cost a step as much as what it does every step, and a block's median step leaves it out
 (it was the median until 2026-11-30, when a device timeline's readings, every 8 steps then,
 were timed inside a zero-cost fit at 18 us a step).
@@ -26,8 +29,8 @@ same rotation also runs a zero-cost step (the known-cost model without busy-wait
 tensors in memory: little but Lightning's own per-step work), where each arm's added
 microseconds are a few percent of the step. Each rotation runs in a process of its own: one
 process's memory layout shifts an arm's step by several microseconds for its whole life (the
-runs' own medians, printed, differ by more than one run's cycles do), so the 95% interval of
-the median resamples the runs and then the cycles within each. As that spread between runs
+runs' own medians, printed, differ by more than one run's blocks do), so the 95% interval of
+the median resamples the runs and then the blocks within each. As that spread between runs
 dominates, many shorter runs pin the figure better than a few long ones in the same time: on
 the zero-cost step, 12 runs of 75 cycles of four arms gave an interval of +8.6 to +14.4 us
 where 6 runs of 150 had given +5.5 to +22.6 (on 2026-11-29 and 2026-11-28, each in about 12
@@ -45,6 +48,10 @@ first 40 steps cost +3.1 and +4.4 ms once over bare's. On 2026-11-30 again, the 
 (bare's zero-cost step 0.905 and 0.916 ms, against 1.355 ms then) and the probe's code the same,
 two runs read SpeedProbe +7.1 (+3.9 to +11.5) and +5.6 (+3.7 to +6.9), the known 10 us +10.8
 and +11.5, SimpleProfiler +23.3 and +22.8, the A/A control -0.5 and +0.6.
+With each block read against the bare blocks either side (the default run, 12 runs of 12
+cycles, 144 blocks an arm; a noisy day, bare's zero-cost step 1.216 ms): SpeedProbe +5.1 (-23.3
+to +37.4), SimpleProfiler +31.7 (+8.8 to +66.1), the known 10 us +4.7 (-11.1 to +39.2), the A/A
+control -2.9, in 11.5 minutes.
 
 ``--timeline`` adds an arm on an asynchronous device's path: SpeedProbe with a device timeline
 whose events the host's clock stamps as they are recorded (``TimelineProbe``), so it costs what
@@ -63,7 +70,7 @@ A 120-step block counts 78 steps with one reading in them, where a fit reads onc
 path's figure leaves out about a fifth of its readings' cost (a fit of zero-cost steps spends
 7 us a step in them), which ``--block 170`` (128 counted steps, two readings) counts whole.
 
-    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 20] [--block 120]
+    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 12] [--block 120]
         [--threads N] [--clock wall|cpu] [--places] [--timeline]
 """
 
@@ -79,7 +86,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
@@ -99,9 +106,25 @@ TARGET_US = 10.0
 KNOWN_S = TARGET_US * 1e-6  # what the known arm adds to each step
 
 
+class Paired(NamedTuple):
+    """One block of an arm beside the bare blocks either side of it (``Rotation.paired``)."""
+
+    step: float  # the block's mean step, the steps next to a switch left out
+    bare: float  # the same, the mean of the two bare blocks either side
+    start: float  # the time the block's first SETTLE steps took
+    bare_start: float  # the same, the mean of the two bare blocks either side
+
+
 class Rotation(pl.Callback):
-    """Times every step and switches the arm every `block` steps, in a shuffled order. The
-    arms are ``ARMS``, with ``more`` probes (name: callback) beside SpeedProbe."""
+    """Times every step and switches the arm every `block` steps: bare in every other block,
+    the other arms in the blocks between, each once a cycle in a shuffled order. The arms are
+    ``ARMS``, with ``more`` probes (name: callback) beside SpeedProbe. Each arm's block is read
+    against the mean of the bare blocks either side of it (``paired``), so a machine's drift
+    from one block to the next cancels where it is even: on 2026-11-30, on a 2-core machine
+    whose zero-cost steps moved by 300 us from one block to the next, five fits of each design
+    run in turn read an arm's added time a block with a standard deviation of 128 us against
+    its bare neighbours, 295 us against the one bare block of a cycle of shuffled arms, for a
+    standard error of the mean of 34 against 60 us in as many blocks."""
 
     def __init__(
         self,
@@ -116,8 +139,19 @@ class Rotation(pl.Callback):
         self.simple = SimpleProfiler(dirpath=tempfile.gettempdir(), filename="speedlab-simple")
         self.arm = "bare"  # block 0: the run's warm-up, not counted
         self.block_no = 0
+        self.cycle: list[str] = []
         # (arm, block number, the clock) at each step's start
         self.steps: list[tuple[str, int, float]] = []
+
+    @property
+    def blocks_a_cycle(self) -> int:
+        """Blocks in a cycle: each arm but bare once, each after a bare block."""
+        return 2 * (len(self.arms) - 1)
+
+    def fit_steps(self, cycles: int) -> int:
+        """The steps of a fit of ``cycles`` cycles: a warm-up block first, and a bare block
+        after the last cycle's last arm."""
+        return (1 + cycles * self.blocks_a_cycle + 1) * self.block
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, i: int) -> None:
         self.steps.append((self.arm, self.block_no, self.clock()))
@@ -129,10 +163,10 @@ class Rotation(pl.Callback):
     ) -> None:
         if trainer.global_step % self.block:
             return
-        arms = self.arms
-        if self.block_no % len(arms) == 0:  # a new cycle: each arm once, in a new order
-            self.cycle = self.rng.sample(arms, len(arms))
-        self._switch(trainer, pl_module, self.cycle[self.block_no % len(arms)])
+        if self.block_no % self.blocks_a_cycle == 0:  # a new cycle: each arm once, in a new order
+            order = self.rng.sample(self.arms[1:], len(self.arms) - 1)
+            self.cycle = [arm for other in order for arm in ("bare", other)]
+        self._switch(trainer, pl_module, self.cycle[self.block_no % self.blocks_a_cycle])
         self.block_no += 1
 
     def _switch(self, trainer: Any, pl_module: Any, arm: str) -> None:
@@ -164,16 +198,27 @@ class Rotation(pl.Callback):
                 blocks.setdefault(block, (arm, []))[1].append(end - start)
         return blocks
 
-    def cycles(self, at: list[float] | None = None) -> list[dict[str, float]]:
-        """Per cycle, each arm's mean step time without the steps next to a switch, and
-        (``"<arm> start"``) the time those first steps took; ``at`` as ``blocks``'."""
-        cycles: dict[int, dict[str, float]] = {}
-        for block, (arm, times) in self.blocks(at).items():
-            if len(times) > 2 * SETTLE:
-                cycle = cycles.setdefault((block - 1) // len(self.arms), {})
-                cycle[arm] = statistics.fmean(times[SETTLE:-1])
-                cycle[f"{arm} start"] = sum(times[:SETTLE])
-        return [c for c in cycles.values() if len(c) == 2 * len(self.arms)]
+    def paired(self, at: list[float] | None = None) -> dict[str, list[Paired]]:
+        """Per arm but bare, each of its blocks against the bare blocks either side of it,
+        where all three ran whole; ``at`` as ``blocks``'."""
+        whole = {
+            block: Paired(statistics.fmean(times[SETTLE:-1]), 0.0, sum(times[:SETTLE]), 0.0)
+            for block, (arm, times) in self.blocks(at).items()
+            if len(times) > 2 * SETTLE
+        }
+        arms = {block: arm for arm, block, _ in self.steps}
+        paired: dict[str, list[Paired]] = {arm: [] for arm in self.arms[1:]}
+        for block, this in whole.items():
+            before, after = whole.get(block - 1), whole.get(block + 1)
+            if arms[block] == "bare" or before is None or after is None:
+                continue
+            paired[arms[block]].append(
+                this._replace(
+                    bare=(before.step + after.step) / 2,
+                    bare_start=(before.start + after.start) / 2,
+                )
+            )
+        return paired
 
     def places(self) -> dict[str, list[float]]:
         """Per arm, the median step time at each place in its blocks (``--places``)."""
@@ -235,11 +280,11 @@ def run(
     if lab == "MLP lab":
         model, data = tabular_lab()
     else:
-        n = 8 * (cycles + 1) * len(rotation.arms) * block  # one epoch: no epoch start in blocks
+        n = 8 * rotation.fit_steps(cycles)  # one epoch: none starts in a block
         samples = TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
         model, data = KnownCostModel(step_s=0.0), DataLoader(samples, batch_size=8)
     trainer = pl.Trainer(
-        max_steps=cycles * len(rotation.arms) * block + block,
+        max_steps=rotation.fit_steps(cycles),
         accelerator="cpu",
         devices=1,
         callbacks=[rotation],
@@ -251,19 +296,19 @@ def run(
 
 
 def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One rotation of one lab, in this process: per complete cycle, each arm's mean step
-    and start (``Rotation.cycles``); per arm, its step at each place in a block."""
+    """One rotation of one lab, in this process: per arm, each block's mean step and start
+    beside its bare neighbours' (``Rotation.paired``), and its step at each place in a block."""
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     more = {TIMELINE: TimelineProbe(warmup=PROBE_WARMUP)} if args.timeline else None
     rotation = run(lab, args.cycles, args.block, rng, args.clock, more)
-    return {"cycles": rotation.cycles(), "places": rotation.places()}
+    return {"paired": rotation.paired(), "places": rotation.places()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--cycles", type=int, default=12)
     parser.add_argument("--block", type=int, default=3 * SETTLE)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--clock", choices=CLOCKS, default="wall")
@@ -281,31 +326,37 @@ def main() -> None:
         f"{args.repeats} runs x {args.cycles} cycles of {args.block}-step blocks per lab, "
         f"{args.threads} torch thread(s), {args.clock} time a step; each run in a process of "
         "its own (a process's memory layout shifts its arms' step times by several us, so the "
-        "interval is over runs as well as cycles)"
+        "interval is over runs as well as blocks)"
     )
     rng = random.Random(0)
     bare_step, added = {}, {}
     arms = (*ARMS, TIMELINE) if args.timeline else ARMS
     for lab in LABS:
         rotations = [rotation(lab, seed) for seed in range(args.repeats)]
-        runs = [r["cycles"] for r in rotations]
-        cycles = [c for run_cycles in runs for c in run_cycles]
-        bare_step[lab] = statistics.median(c["bare"] for c in cycles)
-        print(f"{lab}, mean step {args.clock} time, {len(cycles)} complete cycles:")
-        for arm in arms:
-            q1, median, q3 = statistics.quantiles([c[arm] / c["bare"] for c in cycles], n=4)
-            per_run = [[c[arm] - c["bare"] for c in run_cycles] for run_cycles in runs]
-            added[lab, arm] = statistics.median(x for run_added in per_run for x in run_added)
+        runs = [
+            {arm: [Paired(*p) for p in ps] for arm, ps in r["paired"].items()} for r in rotations
+        ]
+        every = {arm: [p for r in runs for p in r[arm]] for arm in arms[1:]}
+        bare_step[lab] = statistics.median(p.bare for ps in every.values() for p in ps)
+        print(
+            f"{lab}, mean step {args.clock} time, bare {bare_step[lab] * 1e3:.3f} ms; each arm's "
+            "blocks against the bare blocks either side:"
+        )
+        for arm, pairs in every.items():
+            q1, median, q3 = statistics.quantiles([p.step / p.bare for p in pairs], n=4)
+            per_run = [[p.step - p.bare for p in r[arm]] for r in runs]
+            added[lab, arm] = statistics.median(p.step - p.bare for p in pairs)
             low, high = (x * 1e6 for x in bootstrap_median(per_run, rng))
             each = " ".join(f"{statistics.median(x) * 1e6:+.0f}" for x in per_run)
             print(
-                f"  {arm:15s} {statistics.median(c[arm] for c in cycles) * 1e3:6.3f} ms   "
+                f"  {arm:15s} {statistics.median(p.step for p in pairs) * 1e3:6.3f} ms   "
                 f"ratio to bare {median:.3f} (IQR {q1:.3f}-{q3:.3f})   "
-                f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f}; "
-                f"runs {each})"
+                f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f} over "
+                f"{len(pairs)} blocks; runs {each})"
             )
         start = {
-            a: statistics.median(c[f"{a} start"] - c["bare start"] for c in cycles) for a in arms
+            arm: statistics.median(p.start - p.bare_start for p in pairs)
+            for arm, pairs in every.items()
         }
         print(
             f"  the first {SETTLE} steps after a switch, left out above, over bare's: "

@@ -66,6 +66,14 @@ def launch_waits(run: RunResult) -> tuple[bool, str] | None:
     )
 
 
+def split_notes(run: RunResult) -> list[str]:
+    """The note of a run whose device may trace no step (``device_busy["untraced"]``): why its
+    time is not split into busy, idle for input and idle for launches, where a reader would
+    look for that split."""
+    untraced = run.device_busy.get("untraced")
+    return [f"Device time not split: {untraced}."] if untraced else []
+
+
 def launches_first(run: RunResult) -> bool:
     """Whether the device's own trace shows it waited on the host's launches (``launch_waits``)
     longer than it sat idle for want of input: then the launches limit the step before the data

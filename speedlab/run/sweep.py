@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from speedlab.analysis.doctor import diagnose
+from speedlab.analysis.launches import split_notes
 from speedlab.analysis.predict import predict
 from speedlab.analysis.steady_notes import steady_notes
 from speedlab.analysis.utilisation import flops_notes
@@ -201,7 +202,7 @@ def _assemble(
     )
     return replace(
         result,
-        notes=result.notes + steady_notes(result) + flops_notes(result),
+        notes=result.notes + steady_notes(result) + flops_notes(result) + split_notes(result),
         diagnosis=diagnose(result, lint_findings=_lint(fit.model)),
     )
 

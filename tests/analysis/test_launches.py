@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.launches import launches_first
+from speedlab.analysis.launches import launches_first, split_notes
 from tests.doctor_runs import kinds, the
 from tests.records import run_of
 
@@ -44,3 +44,13 @@ def test_launches_come_first_only_on_a_traced_device_that_waited_longer_on_them(
     # No trace of the device's work (a CPU run, or a GPU run without CUPTI): never.
     untraced = replace(run_of([0.0006] * 20, [0.0044] * 20, samples=64), device="cuda")
     assert not launches_first(untraced)
+
+
+def test_a_device_that_may_trace_no_step_says_why_its_time_is_not_split() -> None:
+    reason = "no trace of a step: TEARDOWN_CUPTI=0 in this process keeps CUPTI attached"
+    untraced = replace(traced(data=0.0006, batch=0.0044, busy=0.0003), device_busy={})
+    assert split_notes(untraced) == []
+    kept = replace(untraced, device_busy={"untraced": reason})
+    assert split_notes(kept) == [f"Device time not split: {reason}."]
+    assert kept.device_split is None
+    assert split_notes(traced(data=0.0006, batch=0.0044, busy=0.0003)) == []

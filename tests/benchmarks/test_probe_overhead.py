@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 
-from benchmarks.probe_overhead import run
+from benchmarks.probe_overhead import ARMS, SETTLE, run
 from speedlab.labs.known_cost import busy_wait
 
 PERIOD = 8
@@ -37,9 +38,33 @@ def test_a_cost_paid_every_few_steps_is_read_as_its_share_of_each_step() -> None
     """A block's median step would read it as nothing; its mean reads its share."""
     more = {"eighth": EveryEighthStep(WAIT_S), "hook": EveryEighthStep(0.0)}
     rotation = run("zero-cost step", 3, 120, random.Random(0), "wall", more)
-    added = statistics.median(c["eighth"] - c["hook"] for c in rotation.cycles())
-    assert 0.5 * WAIT_S / PERIOD < added < 2 * WAIT_S / PERIOD
+    paired = rotation.paired()
+    added = {arm: statistics.median(p.step - p.bare for p in paired[arm]) for arm in more}
+    assert 0.5 * WAIT_S / PERIOD < added["eighth"] - added["hook"] < 2 * WAIT_S / PERIOD
     # On another clock (gpu_check's CPU time), each step its own stamps: here twice the wall's
-    twice = rotation.cycles([2 * step[2] for step in rotation.steps])
-    for doubled, cycle in zip(twice, rotation.cycles(), strict=True):
-        assert doubled == pytest.approx({arm: 2 * t for arm, t in cycle.items()})
+    twice = rotation.paired([2 * step[2] for step in rotation.steps])
+    for arm, pairs in paired.items():
+        assert [x for p in twice[arm] for x in p] == pytest.approx(
+            [2 * x for p in pairs for x in p]
+        )
+
+
+def test_bare_runs_every_other_block_and_each_arm_once_a_cycle_between() -> None:
+    rotation = run("zero-cost step", 2, 2 * SETTLE + 4, random.Random(1), "wall")
+    arms = [arm for arm, block in dict.fromkeys((a, b) for a, b, _ in rotation.steps)]
+    assert arms[:2] == ["bare", "bare"]  # the warm-up block, then the first cycle
+    cycles = [arms[1 + i : 1 + i + rotation.blocks_a_cycle] for i in (0, rotation.blocks_a_cycle)]
+    for cycle in cycles:
+        assert cycle[::2] == ["bare"] * (len(ARMS) - 1)
+        assert sorted(cycle[1::2]) == sorted(ARMS[1:])
+    assert cycles[0][1::2] != cycles[1][1::2]  # shuffled anew each cycle (this seed's draw)
+    assert {arm: len(p) for arm, p in rotation.paired().items()} == dict.fromkeys(ARMS[1:], 2)
+
+
+def test_an_even_drift_of_the_machine_cancels_against_the_bare_blocks_either_side() -> None:
+    """Steps that slow by the same amount each step, whatever the arm, read as no cost."""
+    rotation = run("zero-cost step", 2, 2 * SETTLE + 4, random.Random(2), "wall")
+    drifting = list(itertools.accumulate(1e-3 + 1e-7 * i for i in range(len(rotation.steps))))
+    for arm, pairs in rotation.paired(drifting).items():
+        assert [p.step - p.bare for p in pairs] == pytest.approx([0.0, 0.0], abs=1e-12), arm
+        assert all(p.step > 1e-3 for p in pairs)
