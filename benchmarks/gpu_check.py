@@ -36,6 +36,7 @@ import contextlib
 import gc
 import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -609,10 +610,10 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     time the thread was not running, and the steps far over their block's median (stalls), arm
     by arm; ``steps_to`` gets every step's stamps, to look into the noise where it ran."""
     two_ms = Workload("two_ms", work_s=0.002, synced=True)
-    # On the simulated device the figure is not judged: one short cycle shows the code runs.
+    # On the simulated device the figure is not judged: two short cycles show the code runs.
     # A block's counted steps (from place SETTLE, less the last) hold two of a device
     # timeline's readings in 128 steps: as many as the steady steps of a fit of 2 ms steps do.
-    cycles, block = (1, 2 * SETTLE + 10) if backend.simulated else (18, SETTLE + 2 + 2 * READS)
+    cycles, block = (2, 2 * SETTLE + 10) if backend.simulated else (18, SETTLE + 2 + 2 * READS)
     host, python = "speedprobe-host", "speedprobe-costless-events"
     more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
     worked = DeviceWork()
@@ -663,6 +664,7 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
             f"{statistics.median(cpu['simpleprofiler']):+.1f}; {_controls(cpu)}; steps over "
             f"{STALL:.0f} times their block's median: {_stalls(rotation)}",
         ),
+        Line("the noise of a block against its bare neighbours", None, _noise(rotation, added)),
         Line(
             "SpeedProbe's first steady steps after it is attached, over bare's",
             None,
@@ -701,6 +703,25 @@ def _stalls(rotation: Rotation) -> str:
     return ", ".join(
         f"{arm} {n} ({excess / max(steps, 1) * 1e6:+.1f} us a step)"
         for arm, (n, excess, steps) in tally.items()
+    )
+
+
+def _noise(rotation: Rotation, added: dict[str, list[float]]) -> str:
+    """How far the A/A control's blocks spread against their bare neighbours, beside how far
+    the steps' own spread within a block would spread them: where the first is far wider, the
+    machine drifts between blocks (shorter blocks would help), else the steps are noisy (more
+    steps would)."""
+    own = [
+        statistics.stdev(counted) / math.sqrt(len(counted))
+        for arm, times in rotation.blocks().values()
+        if arm == "bare" and len(counted := times[SETTLE:-1]) > SETTLE
+    ]
+    # a block less the mean of two others: 1 + 1/2 times one block's variance
+    expected = statistics.median(own) * math.sqrt(1.5) * 1e6
+    return (
+        f"the A/A control's blocks spread by {statistics.stdev(added['bare-again']):.0f} us a "
+        f"step (standard deviation over {len(added['bare-again'])}), where the steps' own spread "
+        f"within a block would give {expected:.0f} us"
     )
 
 
