@@ -70,6 +70,7 @@ from benchmarks.probe_overhead import (  # noqa: E402
     Rotation,
     TimelineProbe,
     bootstrap_median,
+    known_missed,
 )
 from speedlab.analysis.launches import LAUNCH_IDLE_SHARE  # noqa: E402
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader  # noqa: E402
@@ -603,17 +604,23 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     with the device's work (2.009 to 2.020 ms) taken out too, +55.9, the A/A control +38.8:
     the arms' blocks spread by about 165 us a step from cycle to cycle, the host's own noise.
     Each arm's block is now read against the bare blocks either side of it, where it was read
-    against its cycle's one bare block (on a noisy 2-core machine the same time read the known
-    answer with 0.57 times the standard error; ``Rotation``), over 18 cycles of twelve blocks
-    (216 blocks where 24 cycles of seven were 168: about 125 s of 3.4 ms steps, the check about
-    4 minutes). A second line gives the same figures on the main thread's CPU time, which leaves out
-    time the thread was not running, and the steps far over their block's median (stalls), arm
-    by arm; ``steps_to`` gets every step's stamps, to look into the noise where it ran."""
+    against its cycle's one bare block (on a noisy 2-core machine the same time read an arm with
+    0.57 times the standard error; ``Rotation``), and the blocks are shorter: on that machine on
+    2026-11-30 the A/A control's blocks spread by 75 to 185 us against their neighbours where
+    the steps' own spread within a block would give 9 to 19 (the machine drifts between blocks),
+    and four fits each of 106-step and 170-step blocks, in turn and as many steps, read an arm
+    with a standard error of 26 and 41 us. So 28 cycles of twelve 106-step blocks (336 blocks
+    where 24 cycles of seven 170-step blocks were 168): about 120 s of 3.4 ms steps, the check
+    about 4 minutes. A second line gives the same figures on the main thread's CPU time, which
+    leaves out time the thread was not running, and the steps far over their block's median
+    (stalls), arm by arm; a third, whether the noise is the machine's drift between blocks or
+    the steps' own (``_noise``); ``steps_to`` gets every step's stamps, to look into the noise
+    where it ran."""
     two_ms = Workload("two_ms", work_s=0.002, synced=True)
     # On the simulated device the figure is not judged: two short cycles show the code runs.
-    # A block's counted steps (from place SETTLE, less the last) hold two of a device
-    # timeline's readings in 128 steps: as many as the steady steps of a fit of 2 ms steps do.
-    cycles, block = (2, 2 * SETTLE + 10) if backend.simulated else (18, SETTLE + 2 + 2 * READS)
+    # A block's counted steps (from place SETTLE, less the last) hold one of a device
+    # timeline's readings in 64 steps: as many as the steady steps of a fit of 2 ms steps do.
+    cycles, block = (2, 2 * SETTLE + 10) if backend.simulated else (28, SETTLE + 2 + READS)
     host, python = "speedprobe-host", "speedprobe-costless-events"
     more = {host: HostClockProbe(warmup=PROBE_WARMUP), python: TimelineProbe(warmup=PROBE_WARMUP)}
     worked = DeviceWork()
@@ -632,18 +639,16 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     low, high = bootstrap_median([added["speedprobe"]], random.Random(1))
     split = [statistics.median(added[arm]) for arm in (host, python, "speedprobe")]
     own, events = (upper - lower for lower, upper in itertools.pairwise(split))
+    bare = statistics.median(p.bare for p in found["speedprobe"])
     figure = (
         f"SpeedProbe {probe:+.1f} us a step ({low:+.1f} to {high:+.1f} over "
-        f"{len(found['speedprobe'])} blocks; on the host's clock alone {statistics.median(added[host]):+.1f}, the device "
-        f"timeline's Python {own:+.1f}, its events' calls {events:+.1f}), SimpleProfiler "
-        f"{simple:+.1f} us; {_controls(added)}; bare's step "
-        f"{statistics.median(p.bare for p in found['speedprobe']) * 1e3:.3f} ms less the device's work, "
-        f"which read {_spread(worked.steps[WARMUP:])} a step; {full}"
+        f"{len(found['speedprobe'])} blocks; on the host's clock alone {split[0]:+.1f}, the "
+        f"device timeline's Python {own:+.1f}, its events' calls {events:+.1f}), SimpleProfiler "
+        f"{simple:+.1f} us; {_controls(added)}; bare's step {bare * 1e3:.3f} ms less the "
+        f"device's work, which read {_spread(worked.steps[WARMUP:])} a step; {full}"
     )
-    known = statistics.median(added[KNOWN]) / (KNOWN_S * 1e6)
-    missed = not 0 <= known <= 2  # the method missed its known answer: none of its figures stand
-    if missed:
-        figure += f"; the known cost read {known:.1f} times itself (allowed 0 to 2)"
+    missed = known_missed(statistics.median(added[KNOWN]))
+    figure += missed
     judged = None if backend.simulated else not missed and probe <= PROBE_COST_US and probe < simple
     cpu = _added(rotation.paired([cpu for _, cpu in worked.read]))
     places = rotation.places()
@@ -711,11 +716,12 @@ def _noise(rotation: Rotation, added: dict[str, list[float]]) -> str:
     the steps' own spread within a block would spread them: where the first is far wider, the
     machine drifts between blocks (shorter blocks would help), else the steps are noisy (more
     steps would)."""
-    own = [
-        statistics.stdev(counted) / math.sqrt(len(counted))
+    counted = [
+        times[SETTLE:-1]
         for arm, times in rotation.blocks().values()
-        if arm == "bare" and len(counted := times[SETTLE:-1]) > SETTLE
+        if arm == "bare" and len(times) > 2 * SETTLE  # as ``Rotation.paired``
     ]
+    own = [statistics.stdev(times) / math.sqrt(len(times)) for times in counted]
     # a block less the mean of two others: 1 + 1/2 times one block's variance
     expected = statistics.median(own) * math.sqrt(1.5) * 1e6
     return (

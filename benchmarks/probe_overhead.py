@@ -387,11 +387,12 @@ def main() -> None:
     probe, simple, known = (
         added[zero, arm] * 1e6 for arm in ("speedprobe", "simpleprofiler", KNOWN)
     )
-    held = probe <= TARGET_US and probe < simple
+    missed = known_missed(known)
+    held = not missed and probe <= TARGET_US and probe < simple
     print(
         f"{'PASS' if held else 'FAIL'} SpeedProbe {probe:+.1f} us a step (target <= "
         f"{TARGET_US:.0f}, and below SimpleProfiler's {simple:+.1f}; the known "
-        f"{KNOWN_S * 1e6:.0f} us read {known:+.1f})"
+        f"{KNOWN_S * 1e6:.0f} us read {known:+.1f}{missed})"
     )
     if args.timeline:
         path = added[zero, TIMELINE] * 1e6
@@ -399,6 +400,17 @@ def main() -> None:
             f"INFO the timeline path {path:+.1f} us a step, {path - probe:+.1f} over the host's "
             "clock: a GPU's path less its event calls (four records a step, and their reading)"
         )
+
+
+def known_missed(read_us: float) -> str:
+    """Where the known arm read its cost outside 0 to 2 times itself, the words that say so:
+    the method missed its known answer and none of its figures stand; else ''."""
+    times = read_us / (KNOWN_S * 1e6)
+    return (
+        ""
+        if 0 <= times <= 2
+        else f"; the known cost read {times:.1f} times itself (allowed 0 to 2)"
+    )
 
 
 def places_added(rotations: list[dict[str, Any]], arm: str) -> list[float]:

@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 
-from benchmarks.probe_overhead import ARMS, SETTLE, run
+from benchmarks.probe_overhead import ARMS, KNOWN_S, SETTLE, known_missed, run
 from speedlab.labs.known_cost import busy_wait
 
 PERIOD = 8
@@ -68,3 +68,9 @@ def test_an_even_drift_of_the_machine_cancels_against_the_bare_blocks_either_sid
     for arm, pairs in rotation.paired(drifting).items():
         assert [p.step - p.bare for p in pairs] == pytest.approx([0.0, 0.0], abs=1e-12), arm
         assert all(p.step > 1e-3 for p in pairs)
+
+
+def test_a_known_answer_read_outside_nought_to_twice_itself_says_the_method_missed() -> None:
+    assert known_missed(KNOWN_S * 1e6) == known_missed(0.0) == known_missed(2 * KNOWN_S * 1e6) == ""
+    assert known_missed(55.9) == "; the known cost read 5.6 times itself (allowed 0 to 2)"
+    assert "-0.5 times" in known_missed(-5.0)
