@@ -609,6 +609,10 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     where it ran."""
     two_ms = Workload("two_ms", work_s=0.002, synced=True)
     # On the simulated device the figure is not judged: two short cycles show the code runs.
+    # Its events cost the host far more than a GPU's (its thread takes the GIL for each): on
+    # 2026-11-30, at this fit's full length there, SpeedProbe read +270, +395 and +226 us a
+    # step, four of its events recorded a step without a probe +165 and +182 (about 60 either
+    # way), SimpleProfiler +122, +127 and +117.
     # A block's counted steps (from place SETTLE, less the last) hold one of a device
     # timeline's readings in 64 steps: as many as the steady steps of a fit of 2 ms steps do.
     cycles, block = (2, 2 * SETTLE + 10) if backend.simulated else (42, SETTLE + 2 + READS)
