@@ -48,10 +48,13 @@ first 40 steps cost +3.1 and +4.4 ms once over bare's. On 2026-11-30 again, the 
 (bare's zero-cost step 0.905 and 0.916 ms, against 1.355 ms then) and the probe's code the same,
 two runs read SpeedProbe +7.1 (+3.9 to +11.5) and +5.6 (+3.7 to +6.9), the known 10 us +10.8
 and +11.5, SimpleProfiler +23.3 and +22.8, the A/A control -0.5 and +0.6.
-With each block read against the bare blocks either side (the default run, 12 runs of 12
-cycles, 144 blocks an arm; a noisy day, bare's zero-cost step 1.216 ms): SpeedProbe +5.1 (-23.3
+With each block read against the bare blocks either side (12 runs of 12 cycles of 120-step
+blocks, 144 blocks an arm; a noisy day, bare's zero-cost step 1.216 ms): SpeedProbe +5.1 (-23.3
 to +37.4), SimpleProfiler +31.7 (+8.8 to +66.1), the known 10 us +4.7 (-11.1 to +39.2), the A/A
-control -2.9, in 11.5 minutes.
+control -2.9, in 11.5 minutes. The default run then (12 runs of 14 cycles of 106-step blocks,
+168 blocks an arm, bare's zero-cost step 1.068 ms): SpeedProbe +3.9 (-14.4 to +15.2),
+SimpleProfiler +20.6 (+9.2 to +36.6), the known 10 us +9.8 (-4.0 to +18.6), the A/A control
+-0.9, in 10.6 minutes.
 
 ``--timeline`` adds an arm on an asynchronous device's path: SpeedProbe with a device timeline
 whose events the host's clock stamps as they are recorded (``TimelineProbe``), so it costs what
@@ -66,11 +69,14 @@ The full run with ``--timeline`` then read the path at +25.5 us, +17.5 over the 
 (or 0.25 s) instead of every 8, and blocks were timed by their mean step: the path read +15.9
 (+13.8 to +23.7), +8.7 over the host's clock, SpeedProbe +7.2 (+1.5 to +15.8), SimpleProfiler
 +26.1, the known 10 us +13.1, the A/A control +1.8 (12 runs of 20 cycles, ``--threads 1``).
-A 120-step block counts 78 steps with one reading in them, where a fit reads once in 64: the
-path's figure leaves out about a fifth of its readings' cost (a fit of zero-cost steps spends
-7 us a step in them), which ``--block 170`` (128 counted steps, two readings) counts whole.
+A 120-step block counted 78 steps with one reading in them, where a fit reads once in 64: the
+path's figure left out about a fifth of its readings' cost (a fit of zero-cost steps spends 7 us
+a step in them). The default block is now 106 steps, whose 64 counted steps hold one reading,
+as a fit's do: the readings count whole, and a drifting machine is read closer in shorter
+blocks (four fits each of 106- and 170-step blocks, in turn, on 2026-11-30: a standard error of
+26 against 41 us in as many steps).
 
-    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 12] [--block 120]
+    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 14] [--block 106]
         [--threads N] [--clock wall|cpu] [--places] [--timeline]
 """
 
@@ -94,7 +100,7 @@ from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, busy_wait, tabular_lab
-from speedlab.measure.devices.events import EventTimeline
+from speedlab.measure.devices.events import READ_EVERY_STEPS, EventTimeline
 from speedlab.measure.probe import SpeedProbe
 
 KNOWN = "known-10us"
@@ -308,8 +314,8 @@ def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--cycles", type=int, default=12)
-    parser.add_argument("--block", type=int, default=3 * SETTLE)
+    parser.add_argument("--cycles", type=int, default=14)
+    parser.add_argument("--block", type=int, default=SETTLE + 2 + READ_EVERY_STEPS)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--clock", choices=CLOCKS, default="wall")
     parser.add_argument("--places", action="store_true", help="each place in a block, by arm")
