@@ -2,27 +2,27 @@
 
 A shared virtual machine drifts by 10-20% from one second to the next, far more than the 2%
 being measured, so whole runs compared one after another cannot resolve it. Here the arms are
-interleaved inside each training run instead: every `--block` steps the run switches between
-bare and, in the blocks between bare ones, in a shuffled order, bare again (an A/A control: the
-noise floor), SpeedProbe
-attached (its own setup/teardown hooks, sampler included), SimpleProfiler installed as the
-Trainer's profiler, and a known answer: bare with 10 us of busy-waiting added to each step,
-which shows how the rotation reads a known cost of the target's size. A clock callback present
-throughout times every step. The first 40 steps after each switch are left out of the per-step
-figures and printed apart, as what an arm's start costs once: the probe starts anew at each
-switch, so they hold its warm-up (whose watches count FLOPs and syncs; no figure of a run
-counts them) and the tail its FLOP count leaves. The median step time at each place in a block
+interleaved inside each training run instead: every `--block` steps the run switches, bare
+in every other block and in the blocks between, in a shuffled order, bare again (an A/A
+control: the noise floor), SpeedProbe attached (its own setup/teardown hooks, sampler
+included), SimpleProfiler installed as the Trainer's profiler, and a known answer: bare with
+10 us of busy-waiting added to each step, which shows how the rotation reads a known cost of
+the target's size. A clock callback present throughout times every step. The first 40 steps
+after each switch are left out of the per-step figures and printed apart, as what an arm's
+start costs once: the probe starts anew at each switch, so they hold its warm-up (whose
+watches count FLOPs and syncs; no figure of a run counts them) and the tail its FLOP count
+leaves. The median step time at each place in a block
 showed that tail on the zero-cost step (``--places`` prints it; on 2026-11-30, 12 runs of 40
 cycles of 80-step blocks, the probe without its sampler): +112 us on the step after the counted
 one, about +10 us twenty steps on, +5 to +6 us from the fortieth, where a probe that counted no
 FLOPs read the same. Until then this benchmark left out 8 steps after the warm-up, and its
 40-step blocks' medians lay in that tail. Each block of an arm gives a ratio to the mean of
-the bare blocks either side of it (``Rotation``: until 2026-11-30 each cycle of shuffled arms
-had one bare block, and the drift between blocks was twice as wide), each block's figure its
-mean step: what a probe does every so many steps
-is a cost a step as much as what it does every step, and a block's median step leaves it out
-(it was the median until 2026-11-30, when a device timeline's readings, every 8 steps then,
-were timed inside a zero-cost fit at 18 us a step).
+the bare blocks either side of it (``Rotation``; until 2026-11-30 each cycle of shuffled arms
+had one bare block, against which an arm's blocks spread twice as far), each block's figure
+its mean step: what a probe does every so many steps is a cost a step as much as what it does
+every step, and a block's median step leaves it out (it was the median until 2026-11-30, when
+a device timeline's readings, every 8 steps then, were timed inside a zero-cost fit at 18 us a
+step).
 
 Even so, one median ratio on the MLP lab is known only to about +-2% (see the A/A arm). So the
 same rotation also runs a zero-cost step (the known-cost model without busy-waiting, on
