@@ -686,10 +686,7 @@ def _stalls(rotation: Rotation) -> str:
     """Per arm, the counted steps over ``STALL`` times their block's median, and the time
     they took over it, in us a counted step."""
     tally = {arm: [0, 0.0, 0] for arm in rotation.arms}
-    for arm, times in rotation.blocks().values():
-        if len(times) <= 2 * SETTLE:  # as ``Rotation.paired``: a block cut short counts none
-            continue
-        counted = times[SETTLE:-1]
+    for arm, counted in rotation.whole().values():
         typical = statistics.median(counted)
         over = [t - typical for t in counted if t > STALL * typical]
         tally[arm][0] += len(over)
@@ -706,12 +703,11 @@ def _noise(rotation: Rotation, added: dict[str, list[float]]) -> str:
     the steps' own spread within a block would spread them: where the first is far wider, the
     machine drifts between blocks (shorter blocks would help), else the steps are noisy (more
     steps would)."""
-    counted = [
-        times[SETTLE:-1]
-        for arm, times in rotation.blocks().values()
-        if arm == "bare" and len(times) > 2 * SETTLE  # as ``Rotation.paired``
+    own = [
+        statistics.stdev(counted) / math.sqrt(len(counted))
+        for arm, counted in rotation.whole().values()
+        if arm == "bare"
     ]
-    own = [statistics.stdev(times) / math.sqrt(len(times)) for times in counted]
     # a block less the mean of two others: 1 + 1/2 times one block's variance
     expected = statistics.median(own) * math.sqrt(1.5) * 1e6
     return (

@@ -204,24 +204,33 @@ class Rotation(pl.Callback):
                 blocks.setdefault(block, (arm, []))[1].append(end - start)
         return blocks
 
-    def paired(self, at: list[float] | None = None) -> dict[str, list[Paired]]:
-        """Per arm but bare, each of its blocks against the bare blocks either side of it,
-        where all three ran whole; ``at`` as ``blocks``'."""
-        whole = {
-            block: Paired(statistics.fmean(times[SETTLE:-1]), 0.0, sum(times[:SETTLE]), 0.0)
+    def whole(self, at: list[float] | None = None) -> dict[int, tuple[str, list[float]]]:
+        """Each block that ran whole: its arm and its counted steps' times (from place SETTLE,
+        the step before the switch left out); ``at`` as ``blocks``'. A block cut short (the
+        last, where a fit ends early) counts none."""
+        return {
+            block: (arm, times[SETTLE:-1])
             for block, (arm, times) in self.blocks(at).items()
             if len(times) > 2 * SETTLE
         }
-        arms = {block: arm for arm, block, _ in self.steps}
+
+    def paired(self, at: list[float] | None = None) -> dict[str, list[Paired]]:
+        """Per arm but bare, each of its blocks against the bare blocks either side of it,
+        where all three ran whole; ``at`` as ``blocks``'."""
+        starts = {block: sum(times[:SETTLE]) for block, (_, times) in self.blocks(at).items()}
+        whole = {
+            block: (arm, Paired(statistics.fmean(counted), 0.0, starts[block], 0.0))
+            for block, (arm, counted) in self.whole(at).items()
+        }
         paired: dict[str, list[Paired]] = {arm: [] for arm in self.arms[1:]}
-        for block, this in whole.items():
+        for block, (arm, this) in whole.items():
             before, after = whole.get(block - 1), whole.get(block + 1)
-            if arms[block] == "bare" or before is None or after is None:
+            if arm == "bare" or before is None or after is None:
                 continue
-            paired[arms[block]].append(
+            paired[arm].append(
                 this._replace(
-                    bare=(before.step + after.step) / 2,
-                    bare_start=(before.start + after.start) / 2,
+                    bare=(before[1].step + after[1].step) / 2,
+                    bare_start=(before[1].start + after[1].start) / 2,
                 )
             )
         return paired
