@@ -108,7 +108,7 @@ class SystemSampler:
             self._stop_event.set()
             self._thread.join()
             try:
-                self._add(self._reader.read())
+                self._add(self._reader.read(every_worker=True))
             finally:
                 self._reader.close()
             self._final = self.summary()
@@ -219,6 +219,14 @@ OVERCOUNTED = (
     "the workers share with the main process count once per worker"
 )
 _PRIVATE = (b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")
+PAGE_WALK_SHARE = 0.01
+"""The most of the time the sampler spends reading workers' own pages while a fit trains.
+Reading a process's smaps_rollup walks its page tables in the kernel, about 13 ms for a worker
+forked from a 350 MB training process on a small VM and more as the memory grows, holding the
+worker's memory map for that long: read for every worker at every sample, it slowed a cell
+with 3 workers on 2 cores by 18% (benchmarks/workers_overhead.py). So one worker is read at a
+time, the one read longest ago, and the next reading waits until the walks are this share of
+the time; the reading after training reads every worker."""
 
 
 def unique_bytes(pid: int) -> int | None:
@@ -227,8 +235,8 @@ def unique_bytes(pid: int) -> int | None:
 
     A forked worker shares the main process's pages until either writes them, so adding its
     RSS counts a large dataset or the model once per worker. smaps_rollup is read for workers
-    only: reading it walks the process's page tables, which the training process must not
-    wait for.
+    only, and within ``PAGE_WALK_SHARE`` of the time: reading it walks the process's page
+    tables, which the training process must not wait for.
     """
     try:
         lines = Path(f"/proc/{pid}/smaps_rollup").read_bytes().splitlines()
@@ -292,6 +300,9 @@ class _Reader:
         self._before: set[psutil.Process] | None = None
         self._before_cpu: dict[psutil.Process, float] = {}
         self._before_reaped_cpu = 0.0
+        # Each worker's own bytes as last read (None: unreadable), the longest unread first.
+        self._own: dict[psutil.Process, int | None] = {}
+        self._walk_due = 0.0
 
     def _descendants(self) -> list[psutil.Process]:
         """The main process's descendants (DataLoader workers and their children).
@@ -313,7 +324,9 @@ class _Reader:
         self._known = found
         return list(found.values())
 
-    def read(self) -> SystemSample:
+    def read(self, every_worker: bool = False) -> SystemSample:
+        """A sample of now; ``every_worker``: each worker's own pages read afresh, whatever
+        their budget (the reading after training)."""
         t = time.perf_counter()
         cpu = psutil.cpu_times(percpu=True)
         cgroup_cpu = self.quota.used_s() if self.quota is not None else None
@@ -330,14 +343,15 @@ class _Reader:
         descendants = self._descendants()
         if self._before is None:
             self._before = set(descendants)
+        self._walk([c for c in descendants if c not in self._before], every_worker)
         for child in descendants:
             try:
                 with child.oneshot():
                     times = child.cpu_times()
                     if child not in self._before:
-                        own = unique_bytes(child.pid)
-                        rss_counted |= own is None
+                        own = self._own.get(child, 0)
                         rss += child.memory_info().rss if own is None else own
+                        rss_counted |= own is None
             except psutil.Error:
                 continue
             owner = before_cpu if child in self._before else children_cpu
@@ -405,6 +419,23 @@ class _Reader:
             main_cpu_percent=100.0 * max(0.0, main_cpu - self._main_cpu) / dt,
             workers_cpu_percent=100.0 * max(0.0, live + unseen) / dt,
         )
+
+    def _walk(self, workers: list[psutil.Process], every_worker: bool) -> None:
+        """Read the own pages of the worker read longest ago (one never read first), where
+        the walks so far keep within ``PAGE_WALK_SHARE`` of the time; of each one when
+        ``every_worker``. Until its first reading a worker counts no pages of its own: forked,
+        it starts out sharing all of them."""
+        alive = set(workers)
+        self._own = {w: own for w, own in self._own.items() if w in alive}
+        stalest = [w for w in workers if w not in self._own] + list(self._own)
+        for worker in stalest if every_worker else stalest[:1]:
+            start = time.perf_counter()
+            if not every_worker and start < self._walk_due:
+                return
+            own = unique_bytes(worker.pid)
+            self._walk_due = start + (time.perf_counter() - start) / PAGE_WALK_SHARE
+            self._own.pop(worker, None)
+            self._own[worker] = own  # last in the order: read most recently
 
     def close(self) -> None:
         self._nvml.close()

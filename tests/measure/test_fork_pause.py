@@ -61,11 +61,11 @@ def test_no_fork_falls_inside_a_system_sample(monkeypatch: pytest.MonkeyPatch) -
     reading = threading.Event()
     read = system._Reader.read
 
-    def slow_read(self: system._Reader) -> system.SystemSample:
+    def slow_read(self: system._Reader, every_worker: bool = False) -> system.SystemSample:
         reading.set()
         try:
             time.sleep(0.002)
-            return read(self)
+            return read(self, every_worker)
         finally:
             reading.clear()
 

@@ -167,6 +167,43 @@ def test_where_a_workers_own_pages_cannot_be_read_the_figure_says_it_overcounts(
     assert summary.memory_note == speedlab.measure.system.OVERCOUNTED
 
 
+def test_workers_own_pages_are_read_in_turn_within_their_share_of_the_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page walk of a known 5 ms: while the workers run, one is read at a time, the one read
+    longest ago, and the walks take at most PAGE_WALK_SHARE of the time (the next waits 0.5 s);
+    the reading at stop reads all three."""
+    walk_s, own, walks = 0.005, 300 * 2**20, []
+
+    def timed_walk(pid: int) -> int:
+        walks.append((time.perf_counter(), pid))
+        time.sleep(walk_s)
+        return own
+
+    monkeypatch.setattr(speedlab.measure.system, "unique_bytes", timed_walk)
+    release = FORK.Event()
+    workers = [FORK.Process(target=release.wait, args=(30,)) for _ in range(3)]
+    try:
+        with SystemSampler(interval_s=0.05) as sampler:
+            for worker in workers:
+                worker.start()
+            time.sleep(2.0)
+            stopping = time.perf_counter()
+        summary = sampler.stop()
+    finally:
+        release.set()
+        for worker in workers:
+            worker.join()
+    pids = {w.pid for w in workers}
+    during = [pid for t, pid in walks if t < stopping]
+    gap = walk_s / speedlab.measure.system.PAGE_WALK_SHARE
+    assert 2 <= len(during) <= 2.0 / gap + 1
+    assert set(during) <= pids and len(set(during[:3])) == min(3, len(during))
+    assert during[3:] == during[: len(during) - 3]  # in turn, the one read longest ago next
+    assert sorted(pid for t, pid in walks if t >= stopping) == sorted(pids)
+    assert summary.peak_rss_bytes > 3 * own  # every worker's own bytes, counted at stop
+
+
 def test_children_older_than_the_run_are_not_its_workers() -> None:
     nbytes = 200 * 2**20
     ready, release = FORK.Event(), FORK.Event()
