@@ -12,8 +12,8 @@ mean of its two alone fits, and the control's is one alone fit over the other.
 Why: speedlab samples the machine at 4 Hz while a cell trains, workers included, and on a
 busy small machine whatever that reading costs lands on the training. This script found its
 reading of every worker's own pages (smaps_rollup, 13 ms of page-table walk a worker here) at
-every sample slowing this cell by about 10% on 2 cores; the target is what the A/A control
-cannot tell apart.
+every sample slowing this cell by 18% on 2 cores; the target is what the A/A control cannot
+tell apart.
 
     .venv/bin/python benchmarks/workers_overhead.py [--rounds 8] [--batches 150]
 """
