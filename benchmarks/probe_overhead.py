@@ -218,21 +218,18 @@ class Rotation(pl.Callback):
         """Per arm but bare, each of its blocks against the bare blocks either side of it,
         where all three ran whole; ``at`` as ``blocks``'."""
         starts = {block: sum(times[:SETTLE]) for block, (_, times) in self.blocks(at).items()}
+        # block: (arm, its mean counted step, its start)
         whole = {
-            block: (arm, Paired(statistics.fmean(counted), 0.0, starts[block], 0.0))
+            block: (arm, statistics.fmean(counted), starts[block])
             for block, (arm, counted) in self.whole(at).items()
         }
         paired: dict[str, list[Paired]] = {arm: [] for arm in self.arms[1:]}
-        for block, (arm, this) in whole.items():
+        for block, (arm, step, start) in whole.items():
             before, after = whole.get(block - 1), whole.get(block + 1)
             if arm == "bare" or before is None or after is None:
                 continue
-            paired[arm].append(
-                this._replace(
-                    bare=(before[1].step + after[1].step) / 2,
-                    bare_start=(before[1].start + after[1].start) / 2,
-                )
-            )
+            bare, bare_start = ((a + b) / 2 for a, b in zip(before[1:], after[1:], strict=True))
+            paired[arm].append(Paired(step, bare, start, bare_start))
         return paired
 
     def places(self) -> dict[str, list[float]]:

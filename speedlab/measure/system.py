@@ -428,10 +428,12 @@ class _Reader:
         alive = set(workers)
         self._own = {w: own for w, own in self._own.items() if w in alive}
         stalest = [w for w in workers if w not in self._own] + list(self._own)
-        for worker in stalest if every_worker else stalest[:1]:
-            start = time.perf_counter()
-            if not every_worker and start < self._walk_due:
+        if not every_worker:
+            if time.perf_counter() < self._walk_due:
                 return
+            stalest = stalest[:1]
+        for worker in stalest:
+            start = time.perf_counter()
             own = unique_bytes(worker.pid)
             self._walk_due = start + (time.perf_counter() - start) / PAGE_WALK_SHARE
             self._own.pop(worker, None)
