@@ -10,7 +10,8 @@ from speedlab.results.knobs import KNOBS, explain
 
 
 def demo(steps: int, workers: int) -> int:
-    """Train the image lab briefly with a live line, then print where the time went."""
+    """Train the image lab briefly with a live line, then print where the time went and what
+    the doctor makes of it."""
     import lightning.pytorch as pl
 
     from speedlab.api import profile_train
@@ -30,9 +31,13 @@ def demo(steps: int, workers: int) -> int:
     print(
         f"speedlab demo: the image lab (JPEG shapes, small ConvNet), {steps} steps, {workers} workers"
     )
-    result = profile_train(train, steps=steps, store=False).runs[0]
+    sweep = profile_train(train, steps=steps, store=False)
+    result = sweep.runs[0]
     print()
     print(result.report())
+    print()
+    findings = [str(finding) for finding in sweep.diagnosis]
+    print("\n".join(findings) or "The doctor found no bottleneck to name in this run.")
     return 1 if result.error else 0
 
 

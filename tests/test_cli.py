@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from speedlab.cli import main
-from speedlab.results.findings import Finding
+from speedlab.results.findings import Finding, Kind
 from speedlab.results.knobs import explain
 from speedlab.results.store import RunStore
 from speedlab.results.sweep import SweepResult
@@ -40,6 +41,9 @@ def test_demo_generates_the_lab_trains_and_prints_the_breakdown(tmp_path: Path) 
         assert f"\n{line}" in out, line
     assert "(1280 samples in 40 steps)" in out and "peak RSS" in out
     assert "p10" in out and "p90" in out
+    kinds = "|".join(kind.value for kind in Kind)
+    doctor = re.compile(rf"^\[(info|warn|critical)\] ({kinds}): ", re.M)
+    assert doctor.search(out) or "The doctor found no bottleneck" in out, out
     assert "LeafSpec" not in done.stderr  # Lightning's own deprecation, not the user's
     assert any((tmp_path / "cache").glob("shapes-*/manifest.json")), "dataset not generated"
     assert seconds < 60, f"demo took {seconds:.0f} s with a 40-step run"
