@@ -16,6 +16,7 @@ from typing import Any
 from speedlab.notebook.entry import profile
 from speedlab.notebook.live import choose_view
 from speedlab.notebook.session import remember
+from speedlab.results.knobs import KnobError
 from speedlab.results.sweep import SweepResult
 from speedlab.run import autotuner
 
@@ -101,12 +102,20 @@ def profile_train(
     )
 
 
-def autotune(train_fn: Callable[[], Any], *, live: bool = False, **options: Any) -> SweepResult:
+def autotune(
+    train_fn: Callable[[], Any],
+    *,
+    budget_s: float | None = None,
+    steps: int | None = None,
+    live: bool = False,
+    **options: Any,
+) -> SweepResult:
     """Search for faster knobs from the cell's own settings, one change at a time.
 
-    ``live`` shows each run in this front end's live view; every other option is
-    ``speedlab.run.autotuner.autotune``'s: ``budget_s`` (seconds for the whole search),
-    ``steps`` and ``time`` (each run's limits, as ``--steps`` and ``--time``), ``start`` (knob
+    ``budget_s``: seconds for the whole search (None: no limit); ``steps``: each run's limit,
+    as ``--steps``; ``live`` shows each run in this front end's live view. Every other option
+    is ``speedlab.run.autotuner.autotune``'s: ``time`` (each run's limit in seconds, as
+    ``--time``), ``start`` (knob
     values to start from, as ``{"workers": 2}``), ``repeat``, ``warmup``, ``store`` and
     ``name``. Its ``notes`` tell each step with the doctor's evidence, and its ``best`` is the
     configuration the search kept.
@@ -116,4 +125,9 @@ def autotune(train_fn: Callable[[], Any], *, live: bool = False, **options: Any)
         result = speedlab.autotune(train, budget_s=120, steps=40)
         print("\\n".join(result.notes))
     """
-    return remember(autotuner.autotune(train_fn, view=choose_view(live), **options))
+    if not isinstance(live, bool):
+        raise KnobError("live", live, "True or False", given=f"live={live!r}")
+    view = choose_view(live)
+    return remember(
+        autotuner.autotune(train_fn, budget_s=budget_s, steps=steps, view=view, **options)
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from speedlab.results.knobs import KNOBS, explain
+from speedlab.results.knobs import KNOBS, explain, option_name
 
 
 def demo(steps: int, workers: int) -> int:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     stored = commands.add_parser("load", help="a stored sweep, shown as it was when it ran")
     stored.add_argument("sweep", type=int, help="the sweep's number, from speedlab history")
     teach = commands.add_parser("explain", help="what a knob does and when it helps")
-    teach.add_argument("knob", choices=[spec.option for spec in KNOBS.values()])
+    teach.add_argument("knob", type=option_name, choices=[spec.option for spec in KNOBS.values()])
     args = parser.parse_args(argv)
 
     if args.command == "demo":

@@ -39,7 +39,7 @@ def test_every_option_of_the_magic_is_a_keyword_of_profile_train() -> None:
             spec = KNOBS[action.dest]
             words += [flag, spec.choices[0] if spec.choices else EXAMPLES[action.dest]]
         elif action.dest == "trainer":
-            words += [flag, "max_steps=3"]
+            words += [flag, "limit_val_batches=0"]
         else:
             words += [flag, "3"]
     line = " ".join(words)
@@ -49,7 +49,7 @@ def test_every_option_of_the_magic_is_a_keyword_of_profile_train() -> None:
     assert set(options) <= set(KEYWORDS) - {"train_fn"}, set(options) - set(KEYWORDS)
     assert {"live" if dest == "no_live" else dest for dest in given} == set(options)
     assert set(KNOBS) <= set(options)  # the line set every knob, and each reached a keyword
-    assert options["live"] is False and options["trainer"] == {"max_steps": [3]}
+    assert options["live"] is False and options["trainer"] == {"limit_val_batches": [0]}
 
 
 def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
@@ -61,7 +61,7 @@ def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
     sweep = speedlab.profile_train(
         lambda: None,
         **knobs,
-        trainer={"max_steps": [3]},
+        trainer={"limit_val_batches": [0]},
         steps=3,
         time=60,
         warmup=1,
@@ -71,7 +71,7 @@ def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
         store=False,
     )
     [run] = sweep.runs
-    assert run.knobs == Knobs(**knobs, trainer={"max_steps": 3})
+    assert run.knobs == Knobs(**knobs, trainer={"limit_val_batches": 0})
     assert sweep.name == "every keyword" and speedlab.last is sweep
     assert "never called trainer.fit" in run.error
 
@@ -83,13 +83,38 @@ def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
         ({"precision": ["32-true", "12"]}, "--precision 12: not allowed. Expected one of"),
         ({"steps": 0}, "--steps 0: not allowed. Expected an integer >= 1."),
         ({"repeat": 0}, "--repeat 0: not allowed. Expected an integer >= 1."),
-        ({"predict": "yes"}, "--predict yes: not allowed. Expected True or False."),
+        ({"predict": "yes"}, "predict='yes': not allowed. Expected True or False."),
+        ({"live": "no"}, "live='no': not allowed. Expected True or False."),
+        ({"store": 5}, "store=5: not allowed. Expected a path, None for the default store"),
+        ({"name": 3}, "name=3: not allowed. Expected a text label."),
+        ({"trainer": [("max_epochs", 1)]}, "trainer=[('max_epochs', 1)]: not allowed. Expected a"),
+        (
+            {"trainer": {"max_epoch": 1}},
+            "--trainer max_epoch=1: not allowed. Expected an argument of Lightning's Trainer",
+        ),
+        # a knob's own Trainer argument: the knob's value would win over it, or it over the knob
+        (
+            {"trainer": {"precision": "bf16-mixed"}},
+            "--trainer precision=bf16-mixed: not allowed. Expected a Trainer argument no knob "
+            "sets: use --precision.",
+        ),
+        # every run would stop at --steps, labelled max_steps=2 and 6
+        (
+            {"trainer": {"max_steps": [2, 6]}, "steps": 4},
+            "--trainer max_steps=2,6: not allowed. Expected max_steps or --steps 4, not both",
+        ),
+        (
+            {"trainer": {"max_time": "00:00:01:00"}, "time": 30},
+            "--trainer max_time=00:00:01:00: not allowed. Expected max_time or --time 30.0",
+        ),
     ],
 )
 def test_a_bad_keyword_is_refused_in_one_line_before_anything_runs(options, message) -> None:
     calls = []
     with pytest.raises(KnobError) as caught:
-        speedlab.profile_train(lambda: calls.append(1), live=False, store=False, **options)
+        speedlab.profile_train(
+            lambda: calls.append(1), **{"live": False, "store": False, **options}
+        )
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
     assert calls == []
 

@@ -63,6 +63,9 @@ def test_explain_prints_the_knobs_text(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["explain", "warp-drive"])
     assert "invalid choice: 'warp-drive'" in capsys.readouterr().err
+    # the knob's Python name, as speedlab.explain and the magic take it
+    assert main(["explain", "pin_memory"]) == 0
+    assert capsys.readouterr().out.strip() == explain("pin-memory").strip()
 
 
 def test_system_says_in_words_what_reduced_precision_math_the_cpu_has(

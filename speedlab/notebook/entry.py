@@ -74,8 +74,12 @@ def profile(
             traceback with IPython, the panel in its error area); default: printed to stderr.
         options: ``profile_train``'s knob, Trainer and run-control keywords.
     """
-    if not isinstance(predict, bool):
-        raise KnobError("predict", predict, "True or False")
+    for option, value in (("live", live), ("predict", predict)):
+        if not isinstance(value, bool):
+            raise KnobError(option, value, "True or False", given=f"{option}={value!r}")
+    if not (store is None or isinstance(store, (bool, str, Path))):
+        allowed = "a path, None for the default store, or False to store nothing"
+        raise KnobError("store", store, allowed, given=f"store={store!r}")
     spec = plan(**options)
     sweep = run_sweep(
         train_fn,

@@ -12,8 +12,16 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.utils.process import arg_split
 
-from speedlab.results.knobs import KNOBS, KnobError, explain, parse_list, parse_trainer_option
+from speedlab.results.knobs import (
+    KNOBS,
+    KnobError,
+    explain,
+    literal,
+    parse_list,
+    parse_trainer_option,
+)
 
 _SUBCOMMANDS = ("panel", "doctor", "history [N]", "load SWEEP", "explain KNOB", "system")
 AUTOTUNE_BUDGET_S = 120.0
@@ -48,14 +56,10 @@ class SpeedlabMagics(Magics):
         metavar="KEY=V1,V2",
         help="Any other Trainer argument, swept like a knob (repeatable).",
     )
-    @argument("--steps", type=int, help="Stop each run after N training steps.")
-    @argument("--time", type=float, help="Stop each run after S seconds.")
-    @argument(
-        "--warmup", type=int, default=5, help="Steps left out of the steady state (default 5)."
-    )
-    @argument(
-        "--repeat", type=int, default=1, help="Run every combination R times (median, spread)."
-    )
+    @argument("--steps", help="Stop each run after N training steps.")
+    @argument("--time", help="Stop each run after S seconds.")
+    @argument("--warmup", default=5, help="Steps left out of the steady state (default 5).")
+    @argument("--repeat", default=1, help="Run every combination R times (median, spread).")
     @argument("--name", help="A label stored with the sweep.")
     @argument("--no-live", action="store_true", help="No live view while training.")
     @argument(
@@ -104,6 +108,7 @@ class SpeedlabMagics(Magics):
         from speedlab.notebook.entry import plan, profile
         from speedlab.run.sweep import user_traceback
 
+        _refuse_repeats(line)
         args = parse_argstring(self.profile_train, line)
         if not cell.strip():
             raise UsageError(
@@ -236,9 +241,26 @@ def _show_stored(text: str) -> None:
     display(remember(sweep))
 
 
+def _refuse_repeats(line: str) -> None:
+    """Refuse an option given twice (but ``--trainer``, one per argument): argparse would keep
+    the last value silently."""
+    seen: set[str] = set()
+    for token in arg_split(line, strict=False):
+        option = token.partition("=")[0]
+        if not option.startswith("--") or option == "--trainer":
+            continue
+        if option in seen:
+            raise UsageError(
+                f"{option}: given twice. Give it once, with the values to compare as one "
+                "comma-separated list (--workers 0,2)."
+            )
+        seen.add(option)
+
+
 def sweep_options(args: Namespace) -> dict[str, Any]:
     """The parsed options of ``%%profile_train`` as ``speedlab.profile_train``'s keyword
-    arguments: each knob's list checked (``KnobError``), ``--trainer`` as a dict, ``--no-live``
+    arguments: each knob's list checked (``KnobError``), ``--trainer`` as a dict (each argument
+    once), the run controls' numbers read as Python literals (``plan`` checks them), ``--no-live``
     as ``live``. ``FRONT_END_OPTIONS`` are left out; every other option has its keyword."""
     options: dict[str, Any] = {}
     for option, value in vars(args).items():
@@ -248,12 +270,25 @@ def sweep_options(args: Namespace) -> dict[str, Any]:
             if value is not None:
                 options[option] = parse_list(option, value)
         elif option == "trainer":
-            options["trainer"] = dict(parse_trainer_option(text) for text in value)
+            options["trainer"] = _trainer_option(value)
         elif option == "no_live":
             options["live"] = not value
+        elif option in ("steps", "time", "warmup", "repeat") and isinstance(value, str):
+            options[option] = literal(value)
         else:
             options[option] = value
     return options
+
+
+def _trainer_option(texts: list[str]) -> dict[str, list[Any]]:
+    """The ``--trainer KEY=V1,V2`` options as a dict, each Trainer argument given once."""
+    trainer: dict[str, list[Any]] = {}
+    for text in texts:
+        key, values = parse_trainer_option(text)
+        if key in trainer:
+            raise KnobError("trainer", text, f"{key} once: --trainer {key}=V1,V2 sweeps it")
+        trainer[key] = values
+    return trainer
 
 
 def _autotune_start(options: dict[str, Any]) -> dict[str, Any]:

@@ -16,11 +16,15 @@ from typing import Any
 
 
 class KnobError(ValueError):
-    """A knob or run option with a value that is not allowed; the message is one line."""
+    """A knob or run option with a value that is not allowed; the message is one line.
 
-    def __init__(self, option: str, value: Any, allowed: str) -> None:
+    ``given``: the option and value as the user wrote them, where that is not the magic's
+    ``--option value`` (a keyword only the Python API has, a subcommand's argument)."""
+
+    def __init__(self, option: str, value: Any, allowed: str, given: str | None = None) -> None:
         self.option, self.value, self.allowed = option, value, allowed
-        super().__init__(f"--{option} {value!s}: not allowed. Expected {allowed}.")
+        given = given or f"--{option} {value!s}"
+        super().__init__(f"{given}: not allowed. Expected {allowed}.")
 
 
 class KnobRefused(RuntimeError):
@@ -31,14 +35,16 @@ class KnobRefused(RuntimeError):
 ON_OFF = {"on": True, "off": False, "true": True, "false": False}
 
 
-def check_number(option: str, value: Any, kind: type, low: float, allowed: str) -> Any:
+def check_number(
+    option: str, value: Any, kind: type, low: float, allowed: str, given: str | None = None
+) -> Any:
     """``value`` as ``kind`` (int or float) when it is a number of that kind >= ``low``; else
-    a ``KnobError`` naming the option and ``allowed``."""
+    a ``KnobError`` naming the option (as ``given``, where given) and ``allowed``."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
         ok = ok and float(value).is_integer()
     if not ok or value < low:
-        raise KnobError(option, value, allowed)
+        raise KnobError(option, value, allowed, given)
     return kind(value)
 
 
@@ -336,7 +342,8 @@ def explain(knob: str) -> str:
     """The teaching text for a knob: what it does, when it helps and when it does not."""
     key = knob_name(knob)
     if key not in KNOBS:
-        raise KnobError("explain", knob, "a knob: " + ", ".join(s.option for s in KNOBS.values()))
+        knobs = ", ".join(s.option for s in KNOBS.values())
+        raise KnobError("explain", knob, "a knob: " + knobs, given=f"explain {knob}")
     spec = KNOBS[key]
     return (
         f"{spec.option}: {spec.explain}\nPrediction (made before each run from the "

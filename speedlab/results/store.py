@@ -387,8 +387,8 @@ def _rowid(cursor: sqlite3.Cursor) -> int:
 def _limit(n: int | None) -> int:
     if n is None:
         return -1  # SQLite: no limit
-    if n < 0:
-        raise ValueError(f"history(n={n}): expected a number of runs >= 0, or None for all")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"history(n={n!r}): expected a number of runs >= 0, or None for all")
     return n
 
 
@@ -397,6 +397,7 @@ def history(n: int | None = None, path: str | Path | None = None) -> list[dict[s
 
     Reading never creates a store file.
     """
+    _limit(n)  # a bad n is refused with or without a store
     path = Path(path).expanduser() if path is not None else default_store_path()
     if not path.exists():
         return []

@@ -25,7 +25,7 @@ from speedlab.analysis.payback import UP_FRONT, pays_back
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.results.comparison import Comparison
 from speedlab.results.findings import Finding
-from speedlab.results.knobs import KnobError, as_list, option_name
+from speedlab.results.knobs import KnobError, as_list, check_number, option_name
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.run.intercept import RunControls
@@ -189,6 +189,9 @@ def autotune(
         print("\\n".join(result.notes))
     """
     controls = RunControls(steps=steps, time=time, warmup=warmup)
+    if budget_s is not None:
+        given = f"budget_s={budget_s!r}"
+        budget_s = check_number("budget_s", budget_s, float, 1e-9, "seconds > 0, or None", given)
     search = _Search(
         train_fn, budget_s=budget_s, controls=controls, view=view, store=store, name=name
     )

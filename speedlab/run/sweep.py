@@ -8,6 +8,7 @@ run is stored as it ends, and an interrupt keeps what was measured so far.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import multiprocessing
 import sys
 import traceback
@@ -24,6 +25,7 @@ from speedlab.analysis.predict import predict
 from speedlab.analysis.steady_notes import steady_notes
 from speedlab.analysis.utilisation import flops_notes
 from speedlab.analysis.verdict import judge_sweep
+from speedlab.measure.compat import trainer_classes
 from speedlab.measure.devices import Device, device_for
 from speedlab.measure.flops import peak_of
 from speedlab.measure.handover import handover_time
@@ -83,9 +85,45 @@ def plan_sweep(
         bad = sorted(unknown)[0]
         raise KnobError(option_name(bad), knobs[bad], "a known knob: " + ", ".join(KNOBS))
     given = {k: as_list(v) for k, v in knobs.items() if v is not None}
-    extra = {k: as_list(v) for k, v in (trainer or {}).items()}
+    controls = controls or RunControls()
+    extra = {k: as_list(v) for k, v in _trainer_arguments(trainer, controls).items()}
     repeat = check_number("repeat", repeat, int, 1, "an integer >= 1")
-    return SweepSpec(sweep_plan(given, extra), controls or RunControls(), repeat, name)
+    if name is not None and not isinstance(name, str):
+        raise KnobError("name", name, "a text label", given=f"name={name!r}")
+    return SweepSpec(sweep_plan(given, extra), controls, repeat, name)
+
+
+def _trainer_arguments(
+    trainer: Mapping[str, Any] | None, controls: RunControls
+) -> Mapping[str, Any]:
+    """``trainer``, checked: arguments of Lightning's Trainer, none that a knob or a run control
+    sets (the knob's or control's value would silently win over the one given here)."""
+    if trainer is None:
+        return {}
+    if not isinstance(trainer, Mapping):
+        allowed = "a dict of Trainer arguments, each to a value or a list of values"
+        raise KnobError("trainer", trainer, allowed, given=f"trainer={trainer!r}")
+    accepted = {
+        name
+        for cls in trainer_classes()
+        for name in inspect.signature(cls.__init__).parameters
+        if name != "self"
+    }
+    controlled = {"max_steps": ("steps", controls.steps), "max_time": ("time", controls.time)}
+    for key, values in trainer.items():
+        given = f"{key}={','.join(map(str, as_list(values)))}"
+        if key in KNOBS:
+            raise KnobError(
+                "trainer", given, f"a Trainer argument no knob sets: use --{option_name(key)}"
+            )
+        if key not in accepted:
+            raise KnobError("trainer", given, "an argument of Lightning's Trainer as KEY")
+        control, value = controlled.get(key, ("", None))
+        if value is not None:
+            raise KnobError(
+                "trainer", given, f"{key} or --{control} {value}, not both: --{control} sets {key}"
+            )
+    return trainer
 
 
 def user_traceback(tb: TracebackType | None) -> TracebackType | None:

@@ -17,7 +17,7 @@ from speedlab.run.watch import LiveView
     [
         Knobs(),
         Knobs(workers="auto", pin_memory=True, compile="on", precision="bf16-mixed"),
-        Knobs(batch_size=64, trainer={"devices": [0, 1], "max_epochs": 2}),  # a list is one value
+        Knobs(batch_size=64, trainer={"callbacks": [0, 1], "max_epochs": 2}),  # a list is one value
     ],
 )
 def test_one_run_plans_exactly_those_knobs(knobs: Knobs) -> None:

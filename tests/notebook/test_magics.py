@@ -82,6 +82,16 @@ def test_amp_runs_as_bf16_on_a_cpu_and_16_mixed_is_explained(shell) -> None:
         ("--steps 0", "--steps 0: not allowed. Expected an integer >= 1."),
         ("--trainer max_epochs", "--trainer max_epochs: not allowed. Expected KEY=V1,V2"),
         ("--predict --autotune", "--predict: not with --autotune, which picks each run from"),
+        # argparse would keep the last value silently
+        ("--workers 0 --workers 2", "--workers: given twice. Give it once"),
+        (
+            "--trainer max_epochs=1 --trainer max_epochs=2",
+            "--trainer max_epochs=2: not allowed. Expected max_epochs once",
+        ),
+        ("--trainer max_epoch=1", "--trainer max_epoch=1: not allowed. Expected an argument of"),
+        ("--steps abc", "--steps abc: not allowed. Expected an integer >= 1."),
+        ("--time -1", "--time -1: not allowed. Expected seconds > 0."),
+        ("--repeat 1.5", "--repeat 1.5: not allowed. Expected an integer >= 1."),
     ],
 )
 def test_bad_options_are_refused_in_one_line_before_training(
@@ -152,7 +162,7 @@ def test_line_magics(shell, capsys) -> None:
     assert "cores" in capsys.readouterr().out.lower()
     with pytest.raises(UsageError, match="expected one of"):
         shell.run_line_magic("speedlab", "frobnicate")
-    with pytest.raises(UsageError, match="--explain warp"):
+    with pytest.raises(UsageError, match=r"^explain warp: not allowed\. Expected a knob"):
         shell.run_line_magic("speedlab", "explain warp")
 
 
@@ -214,14 +224,14 @@ def test_the_magic_runs_the_way_profile_train_does(shell) -> None:
     cell's hash beside it."""
     from speedlab.run.sweep import cell_hash
 
-    line = "--workers 0,1 --matmul highest --trainer max_steps=3 --steps 3 --name same --no-live"
+    line = "--workers 0,1 --matmul highest --trainer limit_val_batches=0 --steps 3 --name same --no-live"
     cell = "pass  # never trains\n"
     by_magic = shell.run_cell_magic("profile_train", line + " -o", cell)
     by_api = speedlab.profile_train(
         lambda: None,
         workers=[0, 1],
         matmul="highest",
-        trainer={"max_steps": [3]},
+        trainer={"limit_val_batches": [0]},
         steps=3,
         name="same",
         live=False,

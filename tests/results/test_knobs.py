@@ -185,5 +185,8 @@ def test_the_device_texts_agree_with_the_devices() -> None:
 
 
 def test_explain_unknown_knob() -> None:
-    with pytest.raises(KnobError, match=r"^--explain warp-speed: .*workers"):
+    # as the subcommand is written: there is no --explain option
+    with pytest.raises(
+        KnobError, match=r"^explain warp-speed: not allowed. Expected a knob: .*workers"
+    ):
         explain("warp-speed")

@@ -276,6 +276,9 @@ def test_module_history_reads_the_default_store_and_never_creates_one(
     monkeypatch.setenv("SPEEDLAB_STORE", str(target))
     assert speedlab.results.store.history() == []
     assert not target.exists()
+    for bad in ("2", 2.5, True, -1):  # refused with a store or without one
+        with pytest.raises(ValueError, match=rf"history\(n={bad!r}\): expected a number"):
+            speedlab.results.store.history(bad)
     with RunStore() as store:
         sweep = store.new_sweep(name="s", cell_hash=None, env={})
         ids = [store.add_run(sweep, i, RUN) for i in range(3)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import replace
 from typing import Any
@@ -207,3 +208,19 @@ def test_a_bad_start_value_is_refused_before_the_baseline_runs() -> None:
     with pytest.raises(KnobError, match="--workers -1: not allowed"):
         autotune(lambda: ran.append(1), start={"workers": -1}, store=False)
     assert not ran
+
+
+@pytest.mark.parametrize("budget", [-1, 0, "60"])
+def test_a_bad_budget_is_refused_before_the_baseline_runs(budget: Any) -> None:
+    ran = []
+    with pytest.raises(KnobError) as info:
+        speedlab.autotune(lambda: ran.append(1), budget_s=budget, store=False)
+    assert str(info.value) == f"budget_s={budget!r}: not allowed. Expected seconds > 0, or None."
+    assert not ran
+
+
+def test_the_public_autotune_names_its_budget_and_steps() -> None:
+    """As the interface says: ``autotune(train_fn, *, budget_s=None, steps=None)``."""
+    parameters = inspect.signature(speedlab.autotune).parameters
+    assert parameters["budget_s"].default is None and parameters["steps"].default is None
+    assert parameters["budget_s"].kind is inspect.Parameter.KEYWORD_ONLY
