@@ -143,7 +143,7 @@ def data_bound(run: RunResult) -> list[Finding]:
                 "(%speedlab explain workers says when each helps).",
                 "workers",
                 severity,
-                max(1, cores - threads),
+                max(1, cores - _training_cores(run)),
                 summary=f"Waiting for data takes {share:.0%} of each step, and without CPU "
                 "figures its cause is unknown",
             )
@@ -208,9 +208,12 @@ def _copy_bound(run: RunResult, head: str, copy: float, severity: str) -> Findin
         summary += ", pinned already; copy fewer bytes" if pinned else "; copy fewer bytes"
         return Finding("copy_bound", evidence, advice, None, severity, summary=summary)
     advice = (
-        "A copy from pageable memory waits for the device's earlier work and cannot overlap it. "
-        "Pinned (page-locked) batches let Lightning's non-blocking copy run beside the device's "
-        "work; measure it, as pinning costs the loader time too."
+        "A copy from pageable memory makes the host wait for the device's earlier work and for "
+        "the copy itself. From pinned (page-locked) batches the copy is faster (direct memory "
+        "access) and Lightning's non-blocking copy returns at once, so the host can queue the "
+        "next work; the copy still runs after the step's earlier kernels, in the same stream "
+        "(overlapping it with compute needs a separate CUDA stream). Measure it, as pinning "
+        "costs the loader time too."
     )
     return Finding("copy_bound", evidence, advice, "pin_memory", severity, True, summary)
 
@@ -239,9 +242,10 @@ def _in_memory(run: RunResult, head: str, severity: str) -> Finding:
         "collating the rows into a batch." + _contention(run)
     )
     advice = (
-        "--preload ram would cache the same tensors, and workers would split work that is "
-        "mostly Python overhead per row. Index whole batches at once: DataLoader(dataset, "
-        "sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), "
+        "Neither --preload ram nor workers removes the per-row overhead: the rows are in "
+        "memory already (preloading would cache the same tensors), and workers only share the "
+        "per-row Python work out among processes. Index whole batches at once: "
+        "DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), "
         "batch_size=None) makes the dataset gather each batch in one operation; a larger "
         "--batch-size spreads the rest."
     )
@@ -313,16 +317,29 @@ _DECODER = (
 )
 
 
+def _training_cores(run: RunResult) -> int:
+    """Cores the training process keeps busy: torch's threads where the model trains on them (a
+    synchronous device: the CPU); about one on an asynchronous device, whose threads mostly sit
+    idle while it computes."""
+    return torch_threads(run) if not device_for(run.device).asynchronous else 1
+
+
 def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
-    spare = cores - threads - workers
+    on_threads = not device_for(run.device).asynchronous  # the model computes on torch's threads
+    spare = cores - _training_cores(run) - workers
     preload = run.ran.get("preload", "off")
     summary = f"Building batches on the CPU takes {run.data_share:.0%} of each step"
     tight = (
-        f"This machine has {cores} cores and torch computes on {threads} thread(s) "
-        f"(torch.get_num_threads()), so "
+        f"This machine has {cores} cores and "
         + (
-            "workers would take CPU from the model. "
+            f"torch computes on {threads} thread(s) (torch.get_num_threads()), so "
+            if on_threads
+            else f"the model computes on the {device_name(run)} while the training process "
+            "keeps about one core busy, so "
+        )
+        + (
+            f"workers would take CPU from the {'model' if on_threads else 'training process'}. "
             if spare <= 0
             else f"{spare} core(s) are free. "
         )

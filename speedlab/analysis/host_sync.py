@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from speedlab.analysis.findings import device_name
 from speedlab.measure.syncs import in_library, source_place
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
@@ -33,7 +34,13 @@ def host_sync(run: RunResult, lint_findings: Sequence[LintFinding]) -> list[Find
                 "stalls every step."
             )
         severity = "warn" if on_gpu or not sync else "info"
-        does = "makes the CPU wait for the GPU" if sync else "slows the step"
+        does = (
+            f"makes the CPU wait for the {device_name(run)}"
+            if sync and on_gpu
+            else "would make the CPU wait for a GPU"
+            if sync
+            else "slows the step"
+        )
         summary = f"Line {lf.line} of {lf.method} {does} every step ({lf.rule}); fix it in the code"
         findings.append(Finding("host_sync", evidence, advice, None, severity, summary=summary))
     return findings
@@ -61,7 +68,9 @@ def _measured_syncs(run: RunResult) -> list[Finding]:
         "Each one makes the CPU wait until the GPU has finished all queued work, and the GPU "
         "then idles while the CPU catches up. "
         + (
-            "In your code: keep values on the device (self.log(loss) rather than loss.item()), "
+            "In your code: keep values on the device (self.log(loss) rather than loss.item(); "
+            "with prog_bar=True Lightning still converts it at each refresh of the bar, every "
+            "step by default), "
             "make tensors with device=self.device, and print no tensors in the step; "
             "speedlab.lint(model) names the pattern on each line. "
             if yours

@@ -175,8 +175,9 @@ RULES: dict[str, Rule] = {
             _method_call("item", no_args=True),
             "`.item()` copies a value to the host, so the CPU waits for the GPU to finish"
             " all queued work, every step.",
-            "log the tensor itself (`self.log('x', t)`) and let Lightning reduce it, or call"
-            " `.item()` only every N steps.",
+            "log the tensor itself (`self.log('x', t)`) and let Lightning reduce it (with"
+            " `prog_bar=True` it is still converted at each refresh of the bar, every step by"
+            " default), or call `.item()` only every N steps.",
         ),
         Rule(
             "cpu",

@@ -8,6 +8,7 @@ from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.analysis.findings import batch_size, device_name
 from speedlab.analysis.launches import launch_waits, launches_first
 from speedlab.analysis.utilisation import utilisation
+from speedlab.measure.devices import device_for
 from speedlab.results.findings import Finding
 from speedlab.results.run import RunResult
 from speedlab.results.table import fmt_ms
@@ -66,8 +67,9 @@ def _launch_bound(run: RunResult, waits: bool, evidence: str) -> list[Finding]:
     advice = (
         "Give each launch more work: a larger batch costs the same launches for more samples; "
         "torch.compile fuses operations into fewer kernels (mode='reduce-overhead' also replays "
-        "a step's launches as one CUDA graph on a GPU); fewer, larger tensor operations in the "
-        "step (no Python loops over small tensors)."
+        "the compiled forward and backward as CUDA graphs on a GPU; the optimizer step, "
+        "Lightning's own work and any graph breaks still launch one by one); fewer, larger "
+        "tensor operations in the step (no Python loops over small tensors)."
     )
     summary = f"The {device_name(run)} waits on the host's launches"
     return [_larger_batch(run, evidence + utilisation(run), advice, "critical", summary)]
@@ -112,22 +114,18 @@ def model_bound(run: RunResult) -> list[Finding]:
     k = run.knobs
     compiled = k.get("compile") not in (None, "off") or run.phases.get("compile", 0) > 0
     if run.device != "cpu":
-        advice = (
-            "Speed up the compute: mixed precision (--precision amp) uses the tensor cores, "
-            "--compile on fuses kernels, and --matmul high runs float32 matmuls (Linear layers) "
-            "in TF32 on Ampere and newer; it does not touch convolutions, which cuDNN runs in "
-            "TF32 already."
-        )
-        if k.get("precision") in (None, "32-true", "64-true"):
-            return [Finding("model_bound", evidence, advice, "precision", "info", "amp", summary)]
-        if not compiled:
-            return [Finding("model_bound", evidence, advice, "compile", "info", "on", summary)]
-        return [Finding("model_bound", evidence, advice, "matmul", "info", "high", summary)]
+        return [_device_bound(run, evidence, summary, compiled)]
     math = run.workload.get("math", {})  # the facts of the CPU the run trained on
     bf16 = math.get("bf16")
+    medium = (
+        "on its bf16 units"
+        if bf16
+        else "through oneDNN's bf16 path, which without bf16 units (AVX512-BF16, AMX) changes "
+        "the results but is rarely faster"
+    )
     matmul = {
-        True: "--matmul medium runs its larger float32 matmuls in bf16, --matmul high changes "
-        "nothing (no TF32 on this CPU); ",
+        True: f"--matmul medium runs its larger float32 matmuls in bf16 {medium}, --matmul high "
+        "changes nothing (no TF32 on this CPU); ",
         False: "--matmul changes nothing (no TF32 or bf16 matmul units); ",
     }.get(math.get("matmul_medium"), "")
     advice = (
@@ -152,3 +150,53 @@ def model_bound(run: RunResult) -> list[Finding]:
         return [Finding("model_bound", evidence, advice, "compile", "info", "on", summary)]
     summary += "; a smaller model or faster hardware would help, no knob here does"
     return [Finding("model_bound", evidence, advice, None, "info", summary=summary)]
+
+
+def _device_bound(run: RunResult, evidence: str, summary: str, compiled: bool) -> Finding:
+    """A model-bound run on a device other than the CPU: what may speed its compute up there,
+    and the first knob of those not tried yet; never one the device refuses, nor a --matmul
+    level that changes nothing there. Tensor cores and TF32 are named only on a CUDA GPU."""
+    device, k = device_for(run.device), run.knobs
+    amp = device.refusal("precision", "amp") is None
+    compiles = device.refusal("compile", "on") is None
+    notes = "" if compiles else f" --compile does not apply on the {device.name}."
+    if run.device == "cuda":
+        # cuBLAS's TF32, from Ampere on; inert where the run's own level changed nothing.
+        acts = run.workload.get("matmul_changes") is not False or k.get("matmul") == "highest"
+        levers = [
+            "mixed precision (--precision amp) uses the tensor cores" if amp else "",
+            "--compile on fuses kernels" if compiles else "",
+            "--matmul high runs float32 matmuls (Linear layers) in TF32 on Ampere and newer; it "
+            "does not touch convolutions, which cuDNN runs in TF32 already"
+            if acts
+            else "",
+        ]
+    else:
+        note, acts = device.matmul("high")
+        levers = [
+            f"--precision amp computes in a 16-bit format where the {device.name} can"
+            if amp
+            else "",
+            "--compile on fuses kernels" if compiles else "",
+            "--matmul high may change float32 matmuls there (the run's verdict says whether it "
+            "was faster)"
+            if acts
+            else "",
+        ]
+        notes += "" if acts else f" {note}"
+    said = [lever for lever in levers if lever]
+    advice = (
+        "Speed up the compute: "
+        + (", ".join(said[:-1]) + ", and " if len(said) > 1 else "")
+        + (said[-1] if said else "no knob does it here; a smaller model or faster hardware would")
+        + "."
+        + notes
+    )
+    if amp and k.get("precision") in (None, "32-true", "64-true"):
+        return Finding("model_bound", evidence, advice, "precision", "info", "amp", summary)
+    if compiles and not compiled:
+        return Finding("model_bound", evidence, advice, "compile", "info", "on", summary)
+    if acts and k.get("matmul") in (None, "highest"):
+        return Finding("model_bound", evidence, advice, "matmul", "info", "high", summary)
+    summary += "; a smaller model or faster hardware would help, no knob here does"
+    return Finding("model_bound", evidence, advice, None, "info", summary=summary)

@@ -121,9 +121,14 @@ def _finding(spec: UpFront, without: RunResult, run: RunResult) -> Finding:
     )
     value = run.knobs[spec.knob] if pays else "off"
     within = "within" if pays else "beyond"
+    training = (
+        "this training"
+        if run.workload.get("planned_steps")
+        else f"{PAYBACK_STEPS} steps (this training's length is unknown)"
+    )
     summary = (
         f"{spec.doing} costs {cost:.1f} s up front, won back after {steps:.0f} steps, {within} "
-        "this training"
+        f"{training}"
     )
     severity = "info" if pays else "warn"
     return Finding(spec.kind, evidence, advice, spec.knob, severity, value, summary)

@@ -20,14 +20,20 @@ SYNC_SHARE_CRITICAL = 0.50
 SYNC_BATCH_FACTOR = 4
 """How much larger a per-rank batch the doctor suggests against synchronisation overhead."""
 
-_CUDA_FORK_ERROR = "can't create new processes if CUDA is already initialized"
-"""Lightning's own words when it refuses such a fork (speedlab's refusal comes first, and the
-run records it as ``workload["cuda_before_fork"]``)."""
+_CUDA_FORK_ERRORS = (
+    "Cannot re-initialize CUDA in forked subprocess",
+    "can't create new processes if CUDA is already initialized",
+)
+"""The words of the errors of such a fork (speedlab's refusal comes first, and the run records
+it as ``workload["cuda_before_fork"]``): torch's, in a forked rank that touches CUDA (Lightning
+2.6 raises the same words before forking where torch says the process is a bad fork), and
+Lightning's own, with a torch that cannot say."""
 
 
 def _cuda_fork(run: RunResult) -> list[Finding]:
     error = run.error or ""
-    if not error or ("cuda_before_fork" not in run.workload and _CUDA_FORK_ERROR not in error):
+    known = any(words in error for words in _CUDA_FORK_ERRORS)
+    if not error or ("cuda_before_fork" not in run.workload and not known):
         return []
     advice = (
         "In a notebook, ddp_notebook forks the notebook process into the ranks, and a forked "

@@ -63,9 +63,11 @@ def scaling_notes(found: Sequence[Scaling]) -> list[str]:
         return []
     return [
         f"Scaling efficiency = samples/s with N processes / (N x samples/s with 1). The CPU "
-        f"processes here share {usable_cores()} cores: each rank gets its share of them "
-        "(Lightning gives each cores/N threads), so N ranks only gain where one process "
-        "left cores idle (per-step overhead, waiting for data); gradient synchronisation "
-        "and the ranks' data loading take their part on top. On N GPUs each rank has a "
-        "device of its own."
+        f"processes here share {usable_cores()} cores: Lightning gives spawned ranks (and a "
+        "script's) cores/N torch threads each unless OMP_NUM_THREADS is set, so N ranks only "
+        "gain where one process left cores idle (per-step overhead, waiting for data); ranks "
+        "forked from a notebook (ddp_notebook) train on 1 thread each, which speedlab sets as "
+        "OpenMP can hang in a forked process, so they may use fewer cores than one process "
+        "did. Gradient synchronisation and the ranks' data loading take their part on top. On "
+        "N GPUs each rank has a device of its own."
     ]

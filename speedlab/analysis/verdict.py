@@ -12,6 +12,7 @@ from speedlab.analysis.compare import compare, run_cores
 from speedlab.analysis.doctor import diagnose
 from speedlab.analysis.findings import differs, in_doctors_order, torch_threads, unique_findings
 from speedlab.analysis.payback import (
+    PAYBACK_STEPS,
     break_even,
     break_even_text,
     break_evens,
@@ -117,24 +118,44 @@ def _verdict(sweep: SweepResult) -> Finding:
             + ("" if best is base else f" (fastest: {best.label(base)}, {c.speedup:.2f}x)")
             + "; keep the baseline",
         )
-    unpaid = [
-        f"{spec.doing.lower()} ({spec.knob}={best.knobs[spec.knob]}) pays back its up-front time "
-        f"only {break_even_text(break_even(spec, without, best), best)}"
-        for spec, without in up_front_of(sweep.runs, best)
-        if not pays_back(spec, without, best)
-    ]
+    planned = best.workload.get("planned_steps")
+    length = (
+        f"the cell's own {planned} steps"
+        if planned
+        else f"the {PAYBACK_STEPS} steps speedlab counts on where the cell's length is unknown"
+    )
+    unpaid, never = [], []
+    for spec, without in up_front_of(sweep.runs, best):
+        steps = break_even(spec, without, best)
+        doing = f"{spec.doing.lower()} ({spec.knob}={best.knobs[spec.knob]})"
+        if math.isinf(steps):
+            never.append(spec.knob)
+            unpaid.append(f"{doing} never pays back: its steps are not faster than without it")
+        elif not pays_back(spec, without, best):
+            unpaid.append(
+                f"{doing} pays back its up-front time only {break_even_text(steps, best)}, "
+                f"more than {length}"
+            )
     keep = f"Keep {best.label(base)}."
     summary = f"Best: {best.label(base)}, {c.speedup:.2f}x the baseline's samples/s; keep it"
-    if unpaid:
+    if never:
+        offs = " and ".join(option_text(knob, "off") for knob in never)
+        summary = (
+            f"Best per step: {best.label(base)}, {c.speedup:.2f}x, but its "
+            f"{' and '.join(never)} never pays back; run it with {offs}"
+        )
+        keep = (
+            f"Fastest per step, but {'; '.join(unpaid)}. Run it with {offs}, which saves the "
+            "up-front time."
+        )
+    elif unpaid:
         summary = (
             f"Best per step: {best.label(base)}, {c.speedup:.2f}x, but only for training longer "
             "than its up-front cost"
         )
-        planned = best.workload.get("planned_steps")
-        length = f"the cell's own {planned} steps" if planned else "a run of unknown length"
         keep = (
-            f"Fastest per step, but {'; '.join(unpaid)}: more than {length}. Keep "
-            f"{best.label(base)} only for longer training."
+            f"Fastest per step, but {'; '.join(unpaid)}. Keep {best.label(base)} only for "
+            "longer training."
         )
     return Finding(
         "verdict",

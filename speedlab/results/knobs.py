@@ -131,9 +131,10 @@ KNOBS: dict[str, KnobSpec] = {
             "activations take half the memory; 16-mixed uses a gradient scaler, bf16 needs none. "
             "The step gains only as much as those multiplies were of it: a large model on big "
             "batches most, a small one limited by kernel launches little, a data-bound pipeline "
-            "nothing. On a CPU, 16-mixed is not supported and bf16-mixed pays off only with bf16 "
-            "instructions (AVX512-BF16, AMX); elsewhere it is often slower than 32-true. 16-true "
-            "and bf16-true cast the whole model (less memory, a risk to convergence). amp picks "
+            "nothing. On a CPU, Lightning runs 16-mixed as bf16-mixed (with a warning), which pays "
+            "off only with bf16 instructions (AVX512-BF16, AMX); elsewhere it is often slower than "
+            "32-true. 16-true and bf16-true cast the whole model (less memory, a risk to "
+            "convergence). amp picks "
             "by device: on a CUDA GPU bf16-mixed where bf16 is native "
             "(Ampere or newer), else 16-mixed; on a CPU bf16-mixed; on an Apple GPU (MPS) what "
             "torch's autocast takes there: bf16-mixed from torch 2.6 on macOS 14, else 16-mixed "
@@ -157,8 +158,9 @@ KNOBS: dict[str, KnobSpec] = {
             "compile cost / time saved per step. It does nothing for a data-bound pipeline, "
             "and changing shapes (a smaller last batch) trigger recompiles. reduce-overhead "
             "adds CUDA graphs (CUDA GPUs only) against launch overhead of small batches; "
-            "max-autotune searches longer for faster kernels. It does not apply on a TPU, where "
-            "XLA compiles each step's graph itself: speedlab refuses it there.",
+            "max-autotune searches longer for faster kernels and uses CUDA graphs too on a CUDA "
+            "GPU. It does not apply on a TPU, where XLA compiles each step's graph itself: "
+            "speedlab refuses it there.",
             ("off", "on", "default", "reduce-overhead", "max-autotune"),
             predicts=(
                 "none: what fusing saves depends on the model's kernels, which the split of a step "
@@ -189,10 +191,12 @@ KNOBS: dict[str, KnobSpec] = {
             "pin_memory",
             _on_off,
             "on or off",
-            "Puts batches in page-locked host memory so the copy to a CUDA GPU is faster and "
-            "can overlap with compute (a copy from pageable memory waits for the GPU's earlier "
-            "work). It only helps when a GPU is training and the copy shows in data_time (the "
-            "doctor's copy_bound); pinning costs the loader time too, so measure it. It does nothing "
+            "Puts batches in page-locked host memory so the copy to a CUDA GPU is faster and the "
+            "host need not wait for it (from pageable memory it waits for the copy and the GPU's "
+            "earlier work), so it can queue the next work. The copy still runs after the step's "
+            "earlier kernels: overlapping it with compute needs a separate CUDA stream. It only "
+            "helps when a GPU is training and the copy shows in data_time (the doctor's "
+            "copy_bound); pinning costs the loader time too, so measure it. It does nothing "
             "without a CUDA GPU: a CPU has nothing to copy to and an Apple GPU shares the host's "
             "memory (PyTorch ignores it on both); on a TPU, XLA copies each batch itself, so it "
             "does not apply and speedlab refuses it.",
@@ -207,12 +211,16 @@ KNOBS: dict[str, KnobSpec] = {
             _on_off,
             "on or off",
             "Keeps DataLoader worker processes alive between epochs, so an epoch does not start "
-            "by launching workers again and waiting for their first batches (the epoch-start "
-            "gap). Helps with many workers and short epochs; does nothing with workers=0 and "
-            "keeps the workers' memory for the whole run.",
+            "by launching workers again (starting each process and, with spawn, copying the "
+            "dataset into it), part of the epoch-start gap. Each epoch's first batches are still "
+            "made after it starts: prefetching begins again when the loader's iterator is reset. "
+            "Helps with many workers and short epochs; does nothing with workers=0 and keeps the "
+            "workers' memory for the whole run.",
             ("on", "off"),
             predicts=(
-                "1.0x: it changes only the start of each epoch, which the steady steps leave out"
+                "1.0x, as each epoch's first batch is left out of the steady steps; where those "
+                "span epochs whose workers restarted, a range up to the typical step's pace (the "
+                "steps after a restart wait for the new workers)"
             ),
         ),
         KnobSpec(
@@ -223,7 +231,9 @@ KNOBS: dict[str, KnobSpec] = {
             "@), not convolutions. highest: full float32. high: TF32 on NVIDIA GPUs from Ampere "
             "(A100, RTX 30xx) on; torch asks the CPU's oneDNN for TF32 too, which today's x86 "
             "CPUs lack, so CPU matmuls stay float32. medium: TF32 on those GPUs as well, and bf16 "
-            "for the larger matmuls on CPUs with bf16 instructions (AVX512-BF16, AMX). Of "
+            "for the larger CPU matmuls wherever oneDNN's bf16 path runs (AVX-512 BW/VL/DQ or "
+            "AVX-NE-CONVERT on x86): natively fast only with bf16 instructions (AVX512-BF16, "
+            "AMX); elsewhere results change but it is rarely faster. Of "
             "float32's about 7 significant decimal digits, TF32 keeps about 3 and bf16 2 to 3: "
             "faster matmuls, slightly different results. cuDNN already runs convolutions in TF32 "
             "by default, so a ConvNet gains little. On other hardware it changes nothing, a TPU "
@@ -247,9 +257,10 @@ KNOBS: dict[str, KnobSpec] = {
             "the original storage, and trains from the copy: no storage latency, but decoding "
             "stays. The OS page cache does much the same on its own once a file has been read "
             "and memory is free, so a second epoch off a local disk is often fast already. Both "
-            "need the data to fit in memory, their time shows as the preload phase (it pays "
-            "back only if the steps save more than it costs), and neither helps a "
-            "compute-bound model.",
+            "need the data to fit in memory (ram's cache of arrays or images is copied into "
+            "every spawn or forkserver DataLoader worker: N+1 copies), their time shows as the "
+            "preload phase (it pays back only if the steps save more than it costs), and neither "
+            "helps a compute-bound model.",
             ("off", "ram", "shm"),
             predicts=(
                 "ram: the step without reading and decoding, at most the loader's busy part "

@@ -131,8 +131,9 @@ def _check_ram(need: float, what: str) -> None:
     available = psutil.virtual_memory().available
     if need > _RAM_HEADROOM * available:
         raise PreloadError(
-            f"--preload ram: {what} need about {_gb(need)}, but only {_gb(available)} of RAM is "
-            "available. Use --preload off, or fewer or smaller samples."
+            f"--preload ram: {what} need about {_gb(need)}, more than the "
+            f"{_gb(_RAM_HEADROOM * available)} speedlab allows ({_RAM_HEADROOM:.0%} of the "
+            f"{_gb(available)} of RAM available). Use --preload off, or fewer or smaller samples."
         )
 
 

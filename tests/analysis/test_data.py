@@ -127,6 +127,7 @@ def test_a_wait_for_tensors_in_memory_is_cpu_work_never_storage() -> None:
     assert "tensors in memory (TensorDataset)" in found.evidence
     assert "indexing one row at a time" in found.evidence and "decod" not in found.advice
     assert "BatchSampler" in found.advice and found.knob is None
+    assert "Neither --preload ram nor workers removes the per-row overhead" in found.advice
 
 
 def test_the_tabular_lab_never_gets_storage_or_decoding_advice(
@@ -165,7 +166,57 @@ def test_a_pageable_copy_is_its_own_part_not_io_and_pinning_is_suggested() -> No
     assert "is the copy of the batch to the GPU" in found.evidence
     assert (found.knob, found.value) == ("pin_memory", True)
     assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))
+    assert "the copy still runs after the step's earlier kernels" in found.advice
+    assert "run beside" not in found.advice  # the copy runs in the step's own stream
     pinned = replace(run, knobs={"pin_memory": True})
     assert the(diagnose(pinned), "copy_bound").knob is None
     apple = the(diagnose(replace(run, device="mps")), "copy_bound")  # unified memory: no pinning
     assert apple.knob is None and "Pinned memory does not act on the GPU's copies" in apple.advice
+
+
+def decoding(device: str, workers: int = 0) -> RunResult:
+    """A run that waits 20 ms a step for decoding in a busy loader, 10 ms computing, with
+    torch's 4 threads on 4 cores."""
+    run = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": workers})
+    return replace(
+        run,
+        device=device,
+        workload={"dataset": "ShapesDataset", "loader_workers": workers},
+        system={
+            "cores": 4,
+            "usable_cores": 4,
+            "main_cpu_percent": 95.0,
+            "train_thread_cpu_percent": 95.0,
+            "torch_threads": 4,
+        },
+    )
+
+
+def test_on_a_gpu_torchs_threads_do_not_keep_workers_from_free_cores() -> None:
+    """torch's 4 threads fill the 4 cores only where the model computes on them: on a GPU the
+    training process keeps about one core busy, so workers get the other three."""
+    on_cpu = the(diagnose(decoding("cpu")), "cpu_bound")
+    assert "torch computes on 4 thread(s)" in on_cpu.advice
+    assert "workers would take CPU from the model" in on_cpu.advice
+    assert (on_cpu.knob, on_cpu.value) == ("preload", "ram")
+    on_gpu = the(diagnose(decoding("cuda")), "cpu_bound")
+    assert "the model computes on the GPU while the training process keeps about one core busy" in (
+        on_gpu.advice
+    )
+    assert "3 core(s) are free" in on_gpu.advice and "torch computes on" not in on_gpu.advice
+    assert (on_gpu.knob, on_gpu.value) == ("workers", 3)
+
+
+def test_the_pinning_advice_says_what_pinning_gives_and_what_it_does_not() -> None:
+    """A GPU run whose 5 ms wait for input is all the copy of the batch: pinning makes the copy
+    faster and the host free to queue on, but the copy stays in the step's own stream."""
+    run = run_of([0.005] * 30, [0.02] * 30)
+    run = replace(run, device="cuda", records={**run.records, "copy_time": [0.005] * 30})
+    found = the(diagnose(run), "copy_bound")
+    assert (found.knob, found.value) == ("pin_memory", True)
+    assert "the copy is faster (direct memory access)" in found.advice
+    assert "so the host can queue the next work" in found.advice
+    assert "the copy still runs after the step's earlier kernels, in the same stream" in (
+        found.advice
+    )
+    assert "needs a separate CUDA stream" in found.advice and "run beside" not in found.advice

@@ -64,3 +64,30 @@ def test_syncs_measured_on_a_gpu_are_host_sync_findings_with_their_places(
     assert evidence in found.evidence and found.severity == severity
     assert ("In your code" in found.advice) == (severity == "warn")
     assert "host_sync" not in kinds(diagnose(RunResult(device="cuda")))
+
+
+def test_a_sync_read_in_the_source_is_named_for_the_device_the_run_trained_on() -> None:
+    """On a CPU run there is no GPU to wait for: the summary says what the line would do on
+    one; on a TPU it names the TPU."""
+    lint_findings = lint(SyncingModel)
+    on_cpu = the(diagnose(RunResult(device="cpu"), lint_findings=lint_findings), "host_sync")
+    assert "would make the CPU wait for a GPU every step (item)" in on_cpu.summary
+    assert "makes the CPU wait for the GPU" not in on_cpu.summary
+    on_gpu = the(diagnose(RunResult(device="cuda"), lint_findings=lint_findings), "host_sync")
+    assert "makes the CPU wait for the GPU every step (item)" in on_gpu.summary
+    on_tpu = the(diagnose(RunResult(device="xla"), lint_findings=lint_findings), "host_sync")
+    assert "makes the CPU wait for the TPU every step" in on_tpu.summary
+    # self.log is no cure where the progress bar converts the value every step.
+    (item,) = [f for f in lint_findings if f.rule == "item"]
+    assert "prog_bar=True" in item.fix
+
+
+def test_the_measured_sync_advice_says_the_progress_bar_converts_logged_values() -> None:
+    run = RunResult(
+        device="cuda",
+        host_syncs={"steps": 3, "lines": [{"file": "/me/t.py", "line": 4, "count": 3}]},
+    )
+    found = the(diagnose(run), "host_sync")
+    assert "self.log(loss) rather than loss.item(); with prog_bar=True Lightning still" in (
+        found.advice
+    )

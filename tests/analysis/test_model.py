@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.model import MODEL_BOUND_DATA_SHARE
+from speedlab.analysis.model import MODEL_BOUND_DATA_SHARE, model_bound
 from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.sweep import SweepResult
@@ -81,9 +81,62 @@ def test_on_a_gpu_overhead_is_read_from_its_timeline_not_from_the_steps_length()
     assert found.severity == "critical" and (found.knob, found.value) == ("batch_size", 256)
     assert found.evidence.startswith("In 19 of 19 steady steps the GPU finished the training")
     assert "torch.compile" in found.advice
+    # CUDA graphs replay the compiled forward and backward only, not the whole step.
+    assert "the compiled forward and backward as CUDA graphs" in found.advice
+    assert "the optimizer step" in found.advice and "one CUDA graph" not in found.advice
     assert "model_bound" not in kinds(diagnose(lagged(0.0002)))
     # The host ran ahead by a step's work: the GPU's own work sets the pace.
     behind = kinds(diagnose(lagged(0.03)))
     assert "overhead_bound" not in behind and "model_bound" in behind
     # Waiting for data comes first: the data doctor's finding, not a launch-bound one.
     assert "overhead_bound" not in kinds(diagnose(lagged(0.0002, batch=0.02, data=0.01)))
+
+
+def test_the_device_advice_suggests_only_knobs_that_act_on_the_runs_device() -> None:
+    """A model-bound run: tensor cores and TF32 only on a CUDA GPU; on a TPU no --compile
+    (speedlab refuses it there) and no --matmul (XLA ignores torch's level)."""
+    run = run_of([0.0001] * 20, [0.02] * 20)
+    cuda = the(diagnose(replace(run, device="cuda")), "model_bound")
+    assert "tensor cores" in cuda.advice and "TF32" in cuda.advice
+    assert (cuda.knob, cuda.value) == ("precision", "amp")
+    # model_bound itself: diagnose's prediction for --matmul asks the GPU, which this machine
+    # may not have.
+    tried = {"precision": "amp", "compile": "on"}
+    assert (
+        the(model_bound(replace(run, device="cuda", knobs=tried)), "model_bound").knob == "matmul"
+    )
+    # The run's own --matmul high changed nothing (a GPU before Ampere): not suggested again.
+    inert = replace(
+        run, device="cuda", knobs={**tried, "matmul": "high"}, workload={"matmul_changes": False}
+    )
+    found = the(diagnose(inert), "model_bound")
+    assert found.knob is None and "--matmul" not in found.advice
+    for device in ("xla", "mps"):
+        found = the(diagnose(replace(run, device=device)), "model_bound")
+        assert "tensor cores" not in found.advice and "TF32" not in found.advice
+        assert (found.knob, found.value) == ("precision", "amp")
+    tpu = replace(run, device="xla", knobs={"precision": "bf16-true"})
+    found = the(diagnose(tpu), "model_bound")
+    assert found.knob is None and "no knob here does" in found.summary
+    assert "--compile on" not in found.advice and "--compile does not apply on the TPU" in (
+        found.advice
+    )
+    assert "matmul=high changes nothing on the TPU" in found.advice
+    apple = replace(run, device="mps", knobs={"precision": "bf16-mixed"})
+    assert the(diagnose(apple), "model_bound").knob == "compile"
+
+
+def test_matmul_medium_on_a_cpu_without_bf16_units_is_called_rarely_faster() -> None:
+    """oneDNN's bf16 path runs on AVX-512 without bf16 units: results change, speed rarely."""
+    run = replace(
+        run_of([0.0001] * 20, [0.02] * 20),
+        workload={"math": {"bf16": False, "matmul_medium": True}},
+    )
+    found = the(diagnose(run), "model_bound")
+    assert "--matmul medium runs its larger float32 matmuls in bf16" in found.advice
+    assert "changes the results but is rarely faster" in found.advice
+    native = the(
+        diagnose(replace(run, workload={"math": {"bf16": True, "matmul_medium": True}})),
+        "model_bound",
+    )
+    assert "rarely faster" not in native.advice and "on its bf16 units" in native.advice

@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import pytest
 from torch.nn import functional as F
 
+from speedlab.analysis.payback import PAYBACK_STEPS
 from speedlab.analysis.verdict import judge_sweep
 from speedlab.labs import KnownCostModel, busy_wait, known_cost_loader
 from speedlab.measure.probe import SpeedProbe
@@ -122,3 +123,30 @@ def test_break_even_and_the_speedup_it_follows_from_come_from_the_same_steps() -
         f"{fmt_ms(without.step_time)} without ({run.speedup:.2f}x, faster"
     ) in found.evidence
     assert f"Break-even after {math.ceil(2.0 / saving)} steps" in found.advice
+
+
+def test_where_the_cells_length_is_unknown_the_payback_is_held_to_payback_steps() -> None:
+    """Without the cell's own length the break-even is compared with PAYBACK_STEPS, and the
+    texts say so rather than 'this training' or 'a run of unknown length'."""
+    sweep = preloaded(planned_steps=0)  # 34 steps: within
+    found = the(sweep.diagnosis, "preload_payback")
+    assert found.summary.endswith(
+        f"won back after 34 steps, within {PAYBACK_STEPS} steps (this training's length is unknown)"
+    )
+    without = run_of([0.09] * 20, [0.01] * 20, knobs={"preload": "off"})
+    slow = replace(
+        run_of([0.0] * 20, [0.01] * 20, knobs={"preload": "ram"}), phases={"preload": 200.0}
+    )
+    sweep = judge_sweep([without, slow])  # 2223 steps: beyond
+    found = the(sweep.diagnosis, "preload_payback")
+    assert f"beyond {PAYBACK_STEPS} steps (this training's length is unknown)" in found.summary
+    verdict = the(sweep.diagnosis, "verdict")
+    assert (
+        f"only after 2223 steps (22.2 s of training), more than the {PAYBACK_STEPS} steps "
+        "speedlab counts on where the cell's length is unknown." in verdict.advice
+    )
+    assert "unknown length" not in verdict.advice
+    # The cell's own length, where known, is what it is held to.
+    assert the(preloaded(planned_steps=30).diagnosis, "preload_payback").summary.endswith(
+        "beyond this training"
+    )

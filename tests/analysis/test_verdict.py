@@ -86,3 +86,20 @@ def test_a_sweeps_own_findings_say_what_it_measured_of_their_suggestion_too() ->
     found = the(sweep.diagnosis, "oversubscribed")
     assert found.knob is None and "Try --workers" not in str(found)
     assert "This sweep already measured --workers 1 against it: 0." in found.advice
+
+
+def test_a_best_run_whose_compile_never_pays_back_is_told_to_run_without_it() -> None:
+    """Workers make the step ten times faster; compiling on top saves 2%, within noise, so it
+    never wins back its 2 s: the verdict says never, not 'only never', and what to run."""
+    base = run_of([0.09] * 20, [0.01] * 20, knobs={"workers": 0, "compile": "off"})
+    workers = run_of([0.0] * 20, [0.0102] * 20, knobs={"workers": 2, "compile": "off"})
+    both = run_of([0.0] * 20, [0.01] * 20, knobs={"workers": 2, "compile": "on"})
+    sweep = judge_sweep([base, workers, replace(both, phases={"compile": 2.0})])
+    assert sweep.best is sweep.runs[2]
+    verdict = the(sweep.diagnosis, "verdict")
+    assert "compiling (compile=on) never pays back: its steps are not faster than without it" in (
+        verdict.advice
+    )
+    assert "only never" not in verdict.advice and "unknown length" not in verdict.advice
+    assert verdict.advice.endswith("Run it with --compile off, which saves the up-front time.")
+    assert "never pays back; run it with --compile off" in verdict.summary

@@ -156,10 +156,46 @@ def test_texts_say_when_a_knob_does_not_help(knob: str, honest: str) -> None:
         ("pin_memory", "on a TPU, XLA copies each batch itself, so it does not apply"),
         ("matmul", "a TPU included (XLA sets its own matmul precision)"),
         ("matmul", "on an Apple GPU its effect is not documented"),
+        ("precision", "On a CPU, Lightning runs 16-mixed as bf16-mixed (with a warning)"),
+        ("compile", "max-autotune searches longer for faster kernels and uses CUDA graphs too"),
+        ("pin_memory", "overlapping it with compute needs a separate CUDA stream"),
+        ("matmul", "wherever oneDNN's bf16 path runs (AVX-512 BW/VL/DQ or AVX-NE-CONVERT on x86)"),
+        ("matmul", "natively fast only with bf16 instructions (AVX512-BF16, AMX); elsewhere"),
+        ("persistent_workers", "prefetching begins again when the loader's iterator is reset"),
+        ("preload", "copied into every spawn or forkserver DataLoader worker: N+1 copies"),
     ],
 )
 def test_texts_say_what_a_knob_does_on_each_device(knob: str, said: str) -> None:
     assert said in explain(knob)
+
+
+@pytest.mark.parametrize(
+    ("knob", "wrong"),
+    [
+        ("precision", "16-mixed is not supported"),
+        ("pin_memory", "can overlap with compute"),
+        ("persistent_workers", "waiting for their first batches"),
+        ("matmul", "on CPUs with bf16 instructions (AVX512-BF16, AMX). Of"),
+    ],
+)
+def test_texts_no_longer_overstate_a_knob(knob: str, wrong: str) -> None:
+    assert wrong not in explain(knob)
+
+
+def test_the_cpu_precision_text_is_what_lightning_does() -> None:
+    """Lightning runs 16-mixed on a CPU as bf16-mixed, as the precision text says."""
+    import lightning.pytorch as pl
+
+    with pytest.warns(UserWarning, match="Using `precision='bf16-mixed'` instead"):
+        trainer = pl.Trainer(accelerator="cpu", precision="16-mixed", logger=False)
+    assert trainer.precision == "bf16-mixed"
+
+
+def test_the_persistent_workers_prediction_text_is_what_predict_does() -> None:
+    """As speedlab.analysis.predict does: 1.0x, and a range up to the typical step's pace where
+    the steady steps span epochs whose workers restarted."""
+    said = KNOBS["persistent_workers"].predicts
+    assert said.startswith("1.0x") and "a range up to the typical step's pace" in said
 
 
 def test_the_device_texts_agree_with_the_devices() -> None:

@@ -269,7 +269,8 @@ class HugeItems(torch.utils.data.Dataset):
 def test_preload_ram_refuses_with_sizes_when_it_would_not_fit() -> None:
     with pytest.raises(
         PreloadError,
-        match=r"--preload ram: 10000000 samples need about 655\.36 GB, but only .* GB of RAM",
+        match=r"--preload ram: 10000000 samples need about 655\.36 GB, more than the .* GB "
+        r"speedlab allows \(80% of the .* GB of RAM available\)",
     ):
         preload_ram(HugeItems())
 
