@@ -14,11 +14,14 @@ GPU's comes from a table of dense peaks.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
+
+from speedlab.measure.numerics import matmul_kept
 
 HEAVY_OP = re.compile(r"mm|conv|attention|rnn|lstm|gru", re.IGNORECASE)
 """Ops whose names say they do a step's arithmetic: one of these with no formula in torch's
@@ -142,8 +145,9 @@ class FlopWatch:
         if modes is None:
             return
         counter, unformulated = modes
-        unformulated.__exit__(None, None, None)
-        counter.__exit__(None, None, None)
+        with contextlib.ExitStack() as leave:  # the counter leaves torch's modes come what may
+            leave.callback(counter.__exit__, None, None, None)
+            leave.callback(unformulated.__exit__, None, None, None)
         self.uncounted = sorted(unformulated.ops)
         self.per_step = int(counter.get_total_flops())  # last: see ``counted``
 
@@ -227,15 +231,12 @@ def matmul_peak(dtype_name: str, threads: int, matmul: str = "highest") -> float
     g = torch.Generator().manual_seed(0)
     a = torch.randn(PEAK_SIZE, PEAK_SIZE, generator=g).to(dtype)
     b = torch.randn(PEAK_SIZE, PEAK_SIZE, generator=g).to(dtype)
-    before = torch.get_float32_matmul_precision()
     best = float("inf")
-    try:
+    with matmul_kept():
         torch.set_float32_matmul_precision(matmul)
         a @ b  # the first call sets up oneDNN's kernels
         for _ in range(PEAK_REPEATS):
             start = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - start)
-    finally:
-        torch.set_float32_matmul_precision(before)
     return 2 * PEAK_SIZE**3 / best

@@ -9,9 +9,12 @@ prediction (speedlab.analysis.predict) measures it here rather than assume it.
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import time
 from functools import cache
+
+from speedlab.measure.machine import start_method
 
 BATCHES = 16
 """Ready batches taken to measure the hand-over (after one that starts the worker)."""
@@ -36,10 +39,19 @@ class _Pairs:
 def handover_time() -> float:
     """Seconds the training process waits to take one ready batch of two tensors from a
     worker: the median of ``BATCHES`` takes from a real one-worker DataLoader whose queue is
-    full. Measured once per process (about half a second), never while a fit trains."""
+    full. Measured once per process (about half a second), never while a fit trains; it leaves
+    torch's random numbers and the process's start method as they were."""
+    import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(_Pairs(), batch_size=None, num_workers=1, prefetch_factor=BATCHES + 1)
+    loader = DataLoader(
+        _Pairs(),
+        batch_size=None,
+        num_workers=1,
+        prefetch_factor=BATCHES + 1,
+        generator=torch.Generator(),  # its workers' seed, not drawn from torch's global one
+        multiprocessing_context=multiprocessing.get_context(start_method()),
+    )
     batches = iter(loader)
     try:
         next(batches)

@@ -157,6 +157,15 @@ def usable_cores() -> int:
     return max(1, math.ceil(usable_cpu()))
 
 
+def start_method() -> str:
+    """The start method new processes get: the process's, else the platform's default (the
+    first listed), read without fixing it, as asking multiprocessing for it would."""
+    return (
+        multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_all_start_methods()[0]
+    )
+
+
 def system_info() -> dict[str, Any]:
     """The static environment: cores and their reduced-precision math, memory, /dev/shm, GPUs
     and other accelerators, versions, start method.
@@ -198,9 +207,7 @@ def system_info() -> dict[str, Any]:
         "cuda": torch.version.cuda if torch is not None else None,
         "gpus": gpus,
         "accelerators": accelerators(gpus, torch, memory.total),
-        "start_method": multiprocessing.get_start_method(allow_none=True)
-        # The first method listed is the platform default; asking for it would fix it.
-        or multiprocessing.get_all_start_methods()[0],
+        "start_method": start_method(),
     }
 
 

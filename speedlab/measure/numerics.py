@@ -14,6 +14,8 @@ These are the facts and their sentences; which of them apply to a run is each de
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -32,19 +34,99 @@ _DIGITS = {"tf32": "about 3", "bf16": "2 to 3"}
 """Significant decimal digits each reduced format keeps (11 and 8 significant bits)."""
 
 
-def matmul_modes(level: str) -> dict[str, str]:
-    """What torch sets for ``level``, read back from its backends (the level is restored)."""
+_FP32_PRECISIONS = (
+    "backends",
+    "backends.cuda.matmul",
+    "backends.cudnn",
+    "backends.cudnn.conv",
+    "backends.cudnn.rnn",
+    "backends.mkldnn",
+    "backends.mkldnn.matmul",
+    "backends.mkldnn.conv",
+    "backends.mkldnn.rnn",
+)
+"""The ``torch.<path>.fp32_precision`` settings of torch 2.9 and newer, parents first: a parent
+set sets its children."""
+
+
+class MatmulSettings:
+    """torch's float32 precision settings as they are now; ``restore`` puts them back.
+
+    The level (``torch.set_float32_matmul_precision``) and, on torch 2.9 and newer, every
+    backend's ``fp32_precision``: a process that set one of those itself (torch's newer API)
+    has no level to read back, and setting a level changes them all.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self.level = _level()
+        self.fields = {
+            path: _backend(torch, path).fp32_precision
+            for path in _FP32_PRECISIONS
+            if hasattr(_backend(torch, path), "fp32_precision")
+        }
+
+    def restore(self) -> None:
+        import torch
+
+        if self.level is not None:
+            torch.set_float32_matmul_precision(self.level)
+        for path, value in self.fields.items():
+            _backend(torch, path).fp32_precision = value
+
+
+@contextmanager
+def matmul_kept() -> Iterator[None]:
+    """torch's float32 precision settings put back as they were when the block ends."""
+    kept = MatmulSettings()
+    try:
+        yield
+    finally:
+        kept.restore()
+
+
+def matmul_precision() -> str:
+    """torch's float32 matmul precision level; where the process set its backends' settings
+    itself (torch's newer API, whose settings no level may describe), the level they are
+    closest to: bf16 on the CPU is ``medium``, TF32 anywhere ``high``."""
     import torch
 
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(level)
+    level = _level()
+    if level is not None:
+        return level
+    modes = (torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision)
+    return "medium" if modes[1] == "bf16" else "high" if "tf32" in modes else "highest"
+
+
+def _level() -> str | None:
+    """``torch.get_float32_matmul_precision()``; None where torch refuses to say (its newer
+    API and the level were both used)."""
+    import torch
+
     try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
+def _backend(torch: Any, path: str) -> Any:
+    module = torch
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def matmul_modes(level: str) -> dict[str, str]:
+    """What torch sets for ``level``, read back from its backends (the settings are restored)."""
+    import torch
+
+    with matmul_kept():
+        torch.set_float32_matmul_precision(level)
         return {
             "cuda": torch.backends.cuda.matmul.fp32_precision,
             "cpu": torch.backends.mkldnn.matmul.fp32_precision,
         }
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 @cache
@@ -59,14 +141,11 @@ def cpu_matmul_changes(level: str, size: int = 256) -> bool:
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
-    before = torch.get_float32_matmul_precision()
-    try:
+    with matmul_kept():
         torch.set_float32_matmul_precision("highest")
         full = a @ b
         torch.set_float32_matmul_precision(level)
         return not torch.equal(full, a @ b)
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 CPUINFO = Path("/proc/cpuinfo")

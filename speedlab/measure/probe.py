@@ -27,6 +27,7 @@ host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import sys
@@ -38,6 +39,7 @@ from speedlab.measure.compat import batch_untouched, callback_bases, feeds_itera
 from speedlab.measure.devices import Device, device_for
 from speedlab.measure.devices.events import Timeline, stamped
 from speedlab.measure.flops import counted_step, peak_of
+from speedlab.measure.numerics import matmul_precision
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
 from speedlab.measure.system import SystemSampler
@@ -271,12 +273,13 @@ class _SpeedProbeCore:
             # the one to see, and the steps keep the host's figures.
             if self.exception is None:
                 raise
-        finally:
-            self._taps.remove()
-            self._steps.heap.stop()
-            if self.sampler is not None:
-                self.sampler.stop()
-            self._watches.close()  # the debug mode and the trace's settings back as they were
+        finally:  # each stops whatever an earlier one raised; the last registered first
+            with contextlib.ExitStack() as stop:
+                stop.callback(self._watches.close)  # the debug mode and the trace's settings
+                if self.sampler is not None:
+                    stop.callback(self.sampler.stop)
+                stop.callback(self._steps.heap.stop)
+                stop.callback(self._taps.remove)
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
@@ -303,11 +306,9 @@ class _SpeedProbeCore:
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
-        import torch
-
         self.distributed.one_thread_if_forked(trainer)
         precision = str(getattr(trainer, "precision", ""))
-        self._settings = {"precision": precision, "matmul": torch.get_float32_matmul_precision()}
+        self._settings = {"precision": precision, "matmul": matmul_precision()}
         self.peak = self._peak_before_training(trainer, pl_module)
         self._reset(pl_module)
         if self.sample_system:

@@ -14,6 +14,7 @@ compiles once). The fit's count of compiled graphs tells whether compiled code r
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,19 @@ def _compiled_call(module: Any, mode: str | None) -> Any:
         return module._call_impl(*args, **kwargs)
 
     return torch.compile(call, mode=mode)
+
+
+def forget_compiled() -> None:
+    """Drop the compiled code of the compile knob's modules, so that no later run reuses it;
+    code the cell compiled itself is kept (``torch._dynamo.reset()`` would drop that too)."""
+    import torch
+
+    torch._dynamo.reset_code(_CALL_CODE)
+
+
+# Every module's compiled call is a closure of ``_compiled_call``: one code object, whose
+# compiled entries dynamo keeps (each guarded on its module).
+_CALL_CODE = next(c for c in _compiled_call.__code__.co_consts if isinstance(c, types.CodeType))
 
 
 def _dynamo_counts() -> tuple[int, dict[str, int]]:

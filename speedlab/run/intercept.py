@@ -9,14 +9,13 @@ handler, environment and torch settings restored, worker processes ended, /dev/s
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import inspect
-import logging
-import os
 import signal
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +25,9 @@ from speedlab.measure.devices import Device, available_devices
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.knobs import DATA_KNOBS, KNOBS, KnobRefused, Knobs, check_number
-from speedlab.run.compiling import CompiledStep, compile_step
+from speedlab.run.compiling import CompiledStep, compile_step, forget_compiled
 from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_threads_note
+from speedlab.run.global_state import GlobalState, restore_sigint
 from speedlab.run.loaders import (
     NotebookClass,
     NotebookClassError,
@@ -85,10 +85,45 @@ class FitRecord:
     # measure.dataset.fingerprint of the training data, where the run asked for it
     data: dict[str, Any] | None = None
     notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
+    _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def note(self, *notes: str | None) -> None:
         """Keep these notes on the fit (``None``: nothing to say)."""
         self.notes += [n for n in notes if n]
+
+    def attach(self, first: Any, last: Any) -> None:
+        """Put two callbacks first and last on a Trainer the cell built before the run, until
+        the fit ends (``undo``)."""
+        callbacks = self.trainer.callbacks
+        callbacks.insert(0, first)
+        callbacks.append(last)
+
+        def detach() -> None:
+            for callback in (first, last):
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        self._undo.append(detach)
+
+    def set_attribute(self, owner: Any, name: str, value: Any) -> None:
+        """Set ``owner.name`` (an instance attribute, over its class's) until the fit ends."""
+        had, before = name in vars(owner), vars(owner).get(name)
+        setattr(owner, name, value)
+
+        def put_back() -> None:
+            if had:
+                setattr(owner, name, before)
+            else:
+                vars(owner).pop(name, None)
+
+        self._undo.append(put_back)
+
+    def undo(self) -> None:
+        """Put back what the fit changed on the user's objects, latest first."""
+        with contextlib.ExitStack() as stack:
+            for step in self._undo:
+                stack.callback(step)
+        self._undo.clear()
 
     def train_dataset(self) -> Any:
         """The dataset of the fit's training DataLoader, or None."""
@@ -135,51 +170,8 @@ def _matmul(level: str, devices: list[Device] | None = None) -> tuple[str, bool]
     return effects[0][0], any(changes for _, changes in effects)
 
 
-def restore_sigint(handler: Any) -> None:
-    """Put the SIGINT handler back, from the main thread only.
-
-    Only the main thread may set it, and Lightning changes it only there: a run in a background
-    thread (the panel's) leaves it alone.
-    """
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, handler)
-
-
-_QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
-
-
-class _GlobalState:
-    """Snapshot of the process-wide settings a run may change.
-
-    Lightning's info messages ("GPU available ...") are held back during runs: a sweep would
-    repeat them for every run, between the live lines.
-    """
-
-    def __init__(self) -> None:
-        import torch
-
-        self.log_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
-        for name in _QUIET_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
-        self.matmul = torch.get_float32_matmul_precision()
-        self.sigint = signal.getsignal(signal.SIGINT)
-        self.environ = dict(os.environ)
-        self.threads = torch.get_num_threads()
-        self.cudnn_benchmark = torch.backends.cudnn.benchmark
-
-    def restore(self) -> None:
-        import torch
-
-        torch.set_float32_matmul_precision(self.matmul)
-        restore_sigint(self.sigint)
-        for key in set(os.environ) - set(self.environ):
-            del os.environ[key]
-        os.environ.update(self.environ)
-        if torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
-        torch.backends.cudnn.benchmark = self.cudnn_benchmark
-        for name, level in self.log_levels.items():
-            logging.getLogger(name).setLevel(level)
+_PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+"""Lightning's older precision names and what it runs for each: not a change of precision."""
 
 
 class Intercept:
@@ -213,14 +205,14 @@ class Intercept:
         self._pending: dict[int, tuple[SpeedProbe, list[str]]] = {}
         self._patched: list[tuple[type, str, Any]] = []
         self._loaders: list[Any] = []
-        self._state: _GlobalState | None = None
+        self._state: GlobalState | None = None
 
     # -- context ----------------------------------------------------------------------------
 
     def __enter__(self) -> Intercept:
         import torch
 
-        self._state = _GlobalState()
+        self._state = GlobalState()
         try:
             if self.knobs.matmul is not None:
                 torch.set_float32_matmul_precision(self.knobs.matmul)
@@ -235,18 +227,25 @@ class Intercept:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Each step runs whatever an earlier one raised (an interrupt, a failing shutdown):
+        # the last registered runs first, the global state is put back last.
+        with contextlib.ExitStack() as undo:
+            if self._state is not None:
+                undo.callback(self._state.restore)
+            if self.knobs.compile not in (None, "off"):
+                undo.callback(forget_compiled)  # this run's must not serve the next one
+            undo.callback(self._shutdown_loaders)
+            undo.callback(self._unpatch)
+
+    def _unpatch(self) -> None:
         for cls, name, original in reversed(self._patched):
             setattr(cls, name, original)
         self._patched.clear()
+
+    def _shutdown_loaders(self) -> None:
         for loader in self._loaders:
             shutdown_loader(loader)
         self._loaders.clear()
-        if self.knobs.compile not in (None, "off"):
-            import torch
-
-            torch._dynamo.reset()  # compiled code of this run must not serve the next one
-        if self._state is not None:
-            self._state.restore()
 
     def stop(self) -> None:
         """End the run after the current step: every Trainer of this run stops and skips the
@@ -323,7 +322,8 @@ class Intercept:
             original(trainer, *args, **kwargs)
             requested = kwargs.get("precision")
             actual = str(getattr(trainer, "precision", requested))
-            if requested is not None and actual != str(requested):
+            asked = str(requested)
+            if requested is not None and actual != _PRECISION_ALIASES.get(asked, asked):
                 notes.append(
                     f"precision={requested} is not supported on this hardware; Lightning ran "
                     f"{actual} instead."
@@ -340,14 +340,14 @@ class Intercept:
 
         @functools.wraps(original)
         def fit(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+            sigint = signal.getsignal(signal.SIGINT)  # Lightning's own handling replaces it
             probe, notes = session._pending.get(id(trainer), (None, []))
-            if probe is None:  # built before the run started: measure it all the same
-                probe = SpeedProbe(warmup=session.controls.warmup)
-                trainer.callbacks.append(probe)
-                # Its max_steps and max_time are the cell's own: only stop() is speedlab's.
-                trainer.callbacks.insert(0, PlannedStop(lambda _: session.stop_requested))
-            bound = signature.bind(trainer, *args, **kwargs)
+            prebuilt = probe is None  # built before the run started: measure it all the same
+            probe = probe or SpeedProbe(warmup=session.controls.warmup)
             record = FitRecord(trainer, probe, notes=list(notes))
+            if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
+                record.attach(PlannedStop(lambda _: session.stop_requested), probe)
+            bound = signature.bind(trainer, *args, **kwargs)
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []
@@ -365,17 +365,19 @@ class Intercept:
                 record.exception = err
                 raise
             finally:
-                if session._state is not None:
-                    restore_sigint(session._state.sigint)
-                dataset = record.train_dataset() if session.fingerprint_data else None
-                if dataset is not None:  # after the fit: its reads cannot change the run
-                    record.data = fingerprint(dataset)
-                for item in preloaded:  # a preloaded copy is read before it goes
-                    item.cleanup()
-                session._shutdown_trainer_loaders(trainer)
-                if record.compiled is not None:  # the user's model runs uncompiled again
-                    trained = bool(getattr(probe, "records", {}).get("wall"))  # in this process
-                    record.note(*record.compiled.finish(trained))
+                # Each step runs whatever an earlier one raised; the last registered first.
+                with contextlib.ExitStack() as after:
+                    after.callback(restore_sigint, sigint)
+                    after.callback(record.undo)
+                    if record.compiled is not None:  # the user's model runs uncompiled again
+                        trained = bool(getattr(probe, "records", {}).get("wall"))  # here
+                        after.callback(lambda: record.note(*record.compiled.finish(trained)))
+                    after.callback(session._shutdown_trainer_loaders, trainer)
+                    for item in preloaded:  # a preloaded copy is read before it goes
+                        after.callback(item.cleanup)
+                    dataset = record.train_dataset() if session.fingerprint_data else None
+                    if dataset is not None:  # after the fit: its reads cannot change the run
+                        record.data = fingerprint(dataset)
 
         return fit
 
@@ -402,11 +404,10 @@ class Intercept:
                 record.note("No training DataLoader found to apply the data knobs to.")
             return
 
-        def train_dataloader() -> Any:
-            owner.__dict__.pop("train_dataloader", None)  # rebuild once; Lightning may call again
+        def train_dataloader() -> Any:  # each time Lightning asks (reloading every n epochs)
             return self._rebuild(original(), record, preloaded, stamp_only)
 
-        owner.train_dataloader = train_dataloader
+        record.set_attribute(owner, "train_dataloader", train_dataloader)
 
     def _rebuild(
         self, source: Any, record: FitRecord, preloaded: list[Preloaded], stamp_only: bool = False

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speedlab.measure.compat import is_combined_loader
-from speedlab.measure.machine import usable_cores
+from speedlab.measure.machine import start_method, usable_cores
 from speedlab.results.knobs import KnobError, KnobRefused, Knobs
 from speedlab.run.streams import (
     RepeatCheck,
@@ -128,9 +128,7 @@ def worker_context(loader_kwargs: dict[str, Any]) -> tuple[Any, NotebookClass | 
     """
     if loader_kwargs["num_workers"] == 0 or loader_kwargs.get("multiprocessing_context"):
         return loader_kwargs.get("multiprocessing_context"), None
-    method = (
-        multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context()._name
-    )
+    method = start_method()
     user_parts = [
         loader_kwargs["dataset"],
         loader_kwargs.get("collate_fn"),

@@ -138,10 +138,12 @@ def print_user_traceback(err: BaseException) -> None:
 
 
 def _reap_workers(before: set[int]) -> list[str]:
-    """End worker processes the run started and left behind; say so if any had to be killed."""
+    """End the DataLoader workers the run started and left behind; say so if any had to be
+    killed. DataLoader's workers are daemon processes; other processes the cell started (by
+    default not daemons) are its own business and are left running."""
     notes = []
     for child in multiprocessing.active_children():
-        if child.pid in before:
+        if child.pid in before or not child.daemon:
             continue
         child.join(_REAP_TIMEOUT_S)
         if child.is_alive():

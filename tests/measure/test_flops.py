@@ -130,6 +130,23 @@ def test_a_watch_counts_only_its_step_and_exits_safely_when_idle() -> None:
     assert watch.counted == 2 * 4**3
 
 
+def test_a_watch_whose_mode_fails_to_leave_still_takes_the_counter_off_torchs_stack() -> None:
+    """Left on torch's dispatch stack, the FLOP counter would see every later op of the
+    process."""
+    watch = FlopWatch(0)
+    watch.enter(0)
+    _, unformulated = watch._modes
+
+    def fails(*exc: object) -> None:
+        type(unformulated).__exit__(unformulated, *exc)
+        raise RuntimeError("leaving failed")
+
+    unformulated.__exit__ = fails
+    with pytest.raises(RuntimeError, match="leaving failed"):
+        watch.exit()
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
 def test_the_cpu_peak_is_within_a_factor_2_of_a_large_matmul_timed_beside_it() -> None:
     """The peak's own measurement (a 1024-side matmul, best of 5) and a 2048-side matmul, in
     turn three times, best of each. ``matmul_peak`` keeps its first reading for the process,

@@ -20,7 +20,14 @@ from speedlab.measure.numerics import (
     cuda_capability_text,
     cuda_math,
     matmul_effect,
+    matmul_kept,
     matmul_modes,
+    matmul_precision,
+)
+
+NEWER_API = pytest.mark.skipif(
+    not hasattr(torch.backends.cuda.matmul, "fp32_precision"),
+    reason="torch before 2.9 has no fp32_precision settings",
 )
 
 
@@ -31,6 +38,30 @@ def test_each_level_sets_what_the_table_says_for_cuda_and_onednn_and_is_restored
     before = torch.get_float32_matmul_precision()
     assert matmul_modes(level) == MATMUL_MODES[level]
     assert torch.get_float32_matmul_precision() == before
+
+
+@NEWER_API
+def test_settings_made_with_torchs_newer_api_come_back_whole_and_are_read_as_a_level() -> None:
+    """Once a backend's fp32_precision is set, torch refuses to say the level, and setting one
+    changes every backend: what was set must come back, the level read as the nearest."""
+    backends = torch.backends
+    try:
+        backends.cuda.matmul.fp32_precision = "tf32"
+        assert matmul_precision() == "high"
+        with matmul_kept():
+            torch.set_float32_matmul_precision("medium")
+            assert backends.mkldnn.matmul.fp32_precision == "bf16"
+            assert matmul_precision() == "medium"
+        assert backends.cuda.matmul.fp32_precision == "tf32"
+        assert backends.mkldnn.matmul.fp32_precision == "none"
+        backends.mkldnn.matmul.fp32_precision = "bf16"
+        assert matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+        backends.cuda.matmul.fp32_precision = backends.mkldnn.matmul.fp32_precision = "none"
+    with matmul_kept():  # the level alone, where nothing else was set
+        torch.set_float32_matmul_precision("high")
+    assert torch.get_float32_matmul_precision() == "highest" == matmul_precision()
 
 
 def test_highest_never_changes_a_cpu_matmul_and_medium_changes_one_exactly_on_bf16_cpus() -> None:

@@ -676,3 +676,23 @@ def test_steps_fed_the_loaders_iterator_wait_for_the_fetches_inside_them() -> No
     r = result.records  # each step's wall runs from its start to the next one's
     assert all(w >= d + b for w, d, b in zip(r["wall"], r["data_time"], r["batch_time"]))
     assert sum(r["wall"][5:-1]) == pytest.approx(r["t"][-1] - r["t"][5], rel=1e-9)
+
+
+def test_a_probe_whose_taps_fail_to_come_off_still_stops_its_sampler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of the probe's ends runs whatever an earlier one raised: a sampler left running
+    would read the process for the rest of its life."""
+    import threading
+
+    from speedlab.measure.taps import Taps
+
+    def fails(self: Taps) -> None:
+        raise RuntimeError("taps stuck")
+
+    monkeypatch.setattr(Taps, "remove", fails)
+    probe = SpeedProbe(warmup=1)
+    with pytest.raises(RuntimeError, match="taps stuck"):
+        trainer(probe, max_steps=3).fit(KnownCostModel(step_s=0.0), known_cost_loader(n=40))
+    assert probe.sampler is not None
+    assert "speedlab-system-sampler" not in [t.name for t in threading.enumerate()]

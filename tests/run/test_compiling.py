@@ -183,3 +183,28 @@ def test_the_compile_phase_says_whether_inductors_cache_was_cold_or_warm(
     # (beside other work, the two phases measured 0.83 s and 1.39 s).
     require_quiet(*results)
     assert phases[1] < phases[0]
+
+
+def test_a_runs_compiled_code_serves_no_later_run_and_the_cells_own_is_kept(
+    no_graph_cache: None,
+) -> None:
+    """After a run with the compile knob, the next one compiles its step afresh (its compile
+    phase is measured, not a reuse), while a function the cell compiled itself keeps its code."""
+    compiles = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        compiles.append(1)
+        return gm.forward
+
+    @torch.compile(backend=backend)
+    def cells_own(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2
+
+    cells_own(torch.randn(4))
+    model = ForwardStep()
+    fit(model, "on")
+    before = graphs()
+    again, _, _ = fit(model, "on")
+    assert graphs() > before and again.phases["compile"] > 0
+    cells_own(torch.randn(4))
+    assert compiles == [1]

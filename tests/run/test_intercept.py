@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import os
@@ -223,6 +224,15 @@ def test_amp_and_16_mixed_on_a_cpu_are_explained() -> None:
     )
 
 
+@pytest.mark.parametrize("precision", [32, "32", "bf16"])
+def test_lightnings_older_precision_names_are_not_called_unsupported(precision) -> None:
+    """``precision=32`` is Lightning's older name for 32-true: it ran what was asked."""
+    with Intercept(Knobs(), RunControls(steps=2, warmup=0)) as run:
+        trainer = pl.Trainer(max_steps=2, accelerator="cpu", precision=precision, **QUIET_TRAINER)
+        trainer.fit(KnownCostModel(step_s=0.0), DataLoader(KnownCostDataset(40), batch_size=4))
+    assert not [n for n in run.fits[0].notes if "not supported" in n]
+
+
 def test_two_trainers_in_one_cell_are_each_measured() -> None:
     with Intercept(Knobs(), RunControls(steps=4)) as run:
         fit_known_cost()
@@ -232,9 +242,125 @@ def test_two_trainers_in_one_cell_are_each_measured() -> None:
 
 def test_trainer_built_before_the_run_is_measured_too() -> None:
     trainer = pl.Trainer(max_steps=4, accelerator="cpu", **QUIET_TRAINER)
+    callbacks = list(trainer.callbacks)
     with Intercept(Knobs()) as run:
         trainer.fit(KnownCostModel(step_s=0.001), DataLoader(KnownCostDataset(100), batch_size=4))
     assert run.fits[0].probe.result().steps == 4
+    assert trainer.callbacks == callbacks  # the probe and its stop leave with the fit
+
+
+class _OwnLoader(KnownCostModel):
+    """A model that makes its own training DataLoader, and fails where ``fail_in`` says."""
+
+    def __init__(self, fail_in: str = "", **kwargs) -> None:
+        super().__init__(step_s=0.0, **kwargs)
+        self.fail_in = fail_in
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(KnownCostDataset(64), batch_size=4, collate_fn=collate)
+
+    def configure_optimizers(self):
+        if self.fail_in == "configure_optimizers":
+            raise ValueError("no optimizer")
+        return super().configure_optimizers()
+
+
+def test_a_fit_that_fails_before_it_asks_for_data_leaves_the_models_loader_its_own() -> None:
+    """Lightning asks for the training DataLoader after configure_optimizers: the knobs' stand-in
+    for the model's ``train_dataloader`` must go with the fit, or a later fit outside speedlab
+    trains with this run's knobs."""
+    model = _OwnLoader(fail_in="configure_optimizers")
+    with pytest.raises(ValueError, match="no optimizer"), Intercept(Knobs(workers=2)):
+        pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER).fit(model)
+    assert "train_dataloader" not in vars(model)
+    model.fail_in = ""
+    trainer = pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER)
+    trainer.fit(model)
+    assert (
+        type(trainer.train_dataloader) is DataLoader and trainer.train_dataloader.num_workers == 0
+    )
+
+
+def test_the_knobs_apply_to_every_loader_lightning_asks_for() -> None:
+    """With ``reload_dataloaders_every_n_epochs`` Lightning asks the model for a new loader each
+    epoch: each one gets the knobs, not only the first."""
+    seen = []
+
+    class Reloaded(_OwnLoader):
+        def on_train_epoch_start(self) -> None:
+            seen.append(self.trainer.train_dataloader.num_workers)
+
+    with Intercept(Knobs(workers=1)):
+        pl.Trainer(
+            max_epochs=3, reload_dataloaders_every_n_epochs=1, accelerator="cpu", **QUIET_TRAINER
+        ).fit(Reloaded())
+    assert seen == [1, 1, 1]
+
+
+def test_the_cells_own_sigint_handler_outlives_its_fit() -> None:
+    """A handler the cell installs before ``fit`` is the one in place after it, as without
+    speedlab; the run's own is put back when the run ends."""
+    before = signal.getsignal(signal.SIGINT)
+
+    def cells(signum, frame) -> None:
+        pass
+
+    with Intercept(Knobs(), RunControls(steps=2)):
+        signal.signal(signal.SIGINT, cells)
+        fit_known_cost(steps=2)
+        assert signal.getsignal(signal.SIGINT) is cells
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_the_trainers_deterministic_and_benchmark_are_put_back() -> None:
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    with Intercept(Knobs(trainer={"deterministic": True, "benchmark": True})):
+        trainer = pl.Trainer(max_steps=2, accelerator="cpu", **QUIET_TRAINER)
+        assert torch.are_deterministic_algorithms_enabled()
+        trainer.fit(KnownCostModel(step_s=0.0), DataLoader(KnownCostDataset(40), batch_size=4))
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
+
+
+def test_precision_set_by_torchs_newer_api_is_measured_and_kept() -> None:
+    """A process that set a backend's ``fp32_precision`` itself has no level to read back
+    (torch refuses to say): the run trains, and every setting comes back as it was."""
+    backends = torch.backends
+    if not hasattr(backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch before 2.9 has no fp32_precision settings")
+    before = (backends.cuda.matmul.fp32_precision, backends.mkldnn.matmul.fp32_precision)
+    levels = {name: logging.getLogger(name).level for name in ("lightning.pytorch",)}
+    try:
+        backends.cuda.matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            torch.get_float32_matmul_precision()
+        with Intercept(Knobs(matmul="medium"), RunControls(steps=3, warmup=1)) as run:
+            assert backends.mkldnn.matmul.fp32_precision == "bf16"
+            fit_known_cost(steps=3)
+        assert run.fits[0].probe.result().steps == 3
+        assert backends.cuda.matmul.fp32_precision == "tf32"
+        assert backends.mkldnn.matmul.fp32_precision == before[1]
+        assert {name: logging.getLogger(name).level for name in levels} == levels
+    finally:
+        torch.set_float32_matmul_precision("highest")
+        backends.cuda.matmul.fp32_precision, backends.mkldnn.matmul.fp32_precision = before
+
+
+def test_an_interrupt_while_the_run_ends_still_puts_everything_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ending a run has several steps (unpatching, ending workers, clearing compiled code,
+    the global state): one that raises does not skip the others."""
+    original_init = pl.Trainer.__init__
+    before = (torch.get_float32_matmul_precision(), dict(os.environ))
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch._dynamo, "reset", interrupted)
+    with pytest.raises(KeyboardInterrupt), Intercept(Knobs(matmul="medium", compile="on")):
+        os.environ["SPEEDLAB_TEST_VAR"] = "set by the cell"
+    assert pl.Trainer.__init__ is original_init
+    assert (torch.get_float32_matmul_precision(), dict(os.environ)) == before
 
 
 def test_preload_ram_keeps_augmentation_random(lab_cache: Path) -> None:

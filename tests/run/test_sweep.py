@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -78,6 +79,31 @@ def test_error_in_one_run_is_recorded_and_the_sweep_goes_on(capsys: pytest.Captu
     err = capsys.readouterr().err
     assert err.count("ZeroDivisionError: the user's bug") == 1
     assert "user_code_that_fails" in err and "speedlab/run/sweep.py" not in err
+
+
+def test_workers_left_alive_are_ended_and_the_cells_own_processes_left() -> None:
+    """A DataLoader worker the cell leaves running (its iterator kept) is ended, and said so;
+    a process the cell started on purpose is its own business."""
+    fork = multiprocessing.get_context("fork")
+    kept, own = [], fork.Process(target=time.sleep, args=(60,), name="cells-own")
+
+    def train() -> None:
+        loader = DataLoader(KnownCostDataset(40), batch_size=4, num_workers=1)
+        kept.append(iter(loader))  # its worker waits for work the cell never asks for
+        own.start()
+        train_known_cost()
+
+    try:
+        run = profile_train(train, steps=4, live=False).runs[0]
+        assert own.is_alive()
+        workers = [p for p in multiprocessing.active_children() if p is not own]
+        assert workers == []
+        assert [n for n in run.notes if "was still alive after the run and was stopped" in n]
+        assert not [n for n in run.notes if "cells-own" in n]
+    finally:
+        own.kill()
+        own.join()
+        kept.clear()
 
 
 def test_a_cell_that_never_fits_is_told_so() -> None:
