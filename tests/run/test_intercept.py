@@ -32,6 +32,7 @@ from speedlab.measure import devices
 from speedlab.measure.dataset import SAMPLES
 from speedlab.measure.devices import CpuDevice, default_device
 from speedlab.results.knobs import Knobs
+from speedlab.run import intercept
 from speedlab.run.intercept import Intercept, RunControls, _matmul
 from speedlab.run.loaders import (
     NotebookClass,
@@ -356,7 +357,7 @@ def test_an_interrupt_while_the_run_ends_still_puts_everything_back(
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch._dynamo, "reset", interrupted)
+    monkeypatch.setattr(intercept, "forget_compiled", interrupted)
     with pytest.raises(KeyboardInterrupt), Intercept(Knobs(matmul="medium", compile="on")):
         os.environ["SPEEDLAB_TEST_VAR"] = "set by the cell"
     assert pl.Trainer.__init__ is original_init
