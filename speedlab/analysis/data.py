@@ -378,12 +378,14 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
 
 
 def oversubscribed(run: RunResult) -> list[Finding]:
-    """Workers and torch's threads together over the cores, where the model trains on those
-    threads (a synchronous device: the CPU); on a GPU they mostly sit idle while it computes."""
-    workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
-    on_threads = not device_for(run.device).asynchronous
-    if not on_threads or workers == 0 or workers + threads <= cores or _waits_on_storage(run):
+    """Workers, or other processes, and torch's threads together over the cores, where the
+    model trains on those threads (a synchronous device: the CPU); on a GPU they mostly sit idle
+    while it computes."""
+    if device_for(run.device).asynchronous:
         return []
+    workers, cores, threads = run.loader_workers(), run_cores(run), torch_threads(run)
+    if workers == 0 or workers + threads <= cores or _waits_on_storage(run):
+        return _shared_with_others(run)
     severity = "critical" if workers + threads >= 2 * cores else "warn"
     fewer = max(0, cores - threads)
     fewer = fewer if fewer < workers else workers - 1
@@ -391,7 +393,7 @@ def oversubscribed(run: RunResult) -> list[Finding]:
     evidence = (
         f"{workers} worker(s) + {threads} torch thread(s) (torch.get_num_threads()) = "
         f"{workers + threads} threads on {cores} cores; the workers used {used:.2f} cores and "
-        f"batch_time is {fmt_ms(run.batch_time)}."
+        f"batch_time is {fmt_ms(run.batch_time)}." + _contention(run)
     )
     advice = (
         "Each time a worker runs it takes a core from one of torch's threads, and those wait "
@@ -405,6 +407,32 @@ def oversubscribed(run: RunResult) -> list[Finding]:
         "model's step"
     )
     return [Finding("oversubscribed", evidence, advice, "workers", severity, fewer, summary)]
+
+
+def _shared_with_others(run: RunResult) -> list[Finding]:
+    """Other processes' CPU and torch's threads together over the cores: each operation's
+    threads wait for the one whose core another process holds."""
+    cores, threads, others = run_cores(run), torch_threads(run), other_processes_cores(run)
+    if others < CONTENDED_CORES or threads + others <= cores:
+        return []
+    left = max(1, int(cores - others))
+    evidence = (
+        f"Other processes used about {others:.1f} of the {cores} cores while the model trained "
+        f"on {threads} torch thread(s) (torch.get_num_threads()); batch_time is "
+        f"{fmt_ms(run.batch_time)}."
+    )
+    advice = (
+        "torch's threads wait for each other at every operation, so while another process holds "
+        "one of their cores, each operation waits for the scheduler to give it back (a time "
+        "slice of a few milliseconds): a small step slows down far more than the CPU the others "
+        "took. Train when the machine is quiet, or give torch only the cores left: "
+        f"torch.set_num_threads({left}) at the top of the cell."
+    )
+    summary = (
+        f"Other processes took about {others:.1f} of the {cores} cores torch's {threads} "
+        f"thread(s) compute on; try torch.set_num_threads({left})"
+    )
+    return [Finding("oversubscribed", evidence, advice, None, "warn", summary=summary)]
 
 
 def _waits_on_storage(run: RunResult) -> bool:

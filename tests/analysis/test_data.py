@@ -3,17 +3,23 @@ bursts, and workers oversubscribing the cores."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 
+import lightning.pytorch as pl
 import pytest
+import torch
 
-from speedlab.analysis.compare import run_cores
+from speedlab.analysis.compare import other_processes_cores, run_cores
+from speedlab.analysis.data import CONTENDED_CORES
 from speedlab.analysis.doctor import diagnose
+from speedlab.labs import KnownCostModel, known_cost_loader
 from speedlab.measure.machine import usable_cores
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.run import RunResult, empty_records
 from speedlab.results.sweep import SweepResult
-from tests.doctor_runs import kinds, require_quiet, the
+from tests.doctor_runs import QUIET, kinds, profile, require_quiet, the
 from tests.records import run_of
 from tests.simulated_device import fit_on_device, on_device, probe_on_simulated_device
 
@@ -83,6 +89,57 @@ def test_too_many_workers_on_two_cores_is_oversubscribed(image_sweep: SweepResul
     assert "torch.set_num_threads" in found.advice
     # The same run on a GPU: torch's threads sit idle while the device computes.
     assert "oversubscribed" not in kinds(diagnose(replace(many, device="cuda")))
+
+
+def test_other_processes_on_the_cores_torchs_threads_compute_on_are_named() -> None:
+    """workers=0, 2 torch threads on 2 cores; the machine 100% busy, this run 1.2 cores: other
+    processes took 0.8 of them."""
+    if usable_cores() < 2:
+        pytest.skip("the machine figures below describe 2 cores this process may use")
+    run = run_of([0.0002] * 30, [0.004] * 30, warmup=5)
+    system = {
+        "cores": 2,
+        "cpu_percent": 100.0,
+        "main_cpu_percent": 120.0,
+        "workers_cpu_percent": 0.0,
+        "torch_threads": 2,
+    }
+    run = replace(run, system=system)
+    found = the(diagnose(run), "oversubscribed")
+    assert "Other processes used about 0.8 of the 2 cores" in found.evidence
+    assert "on 2 torch thread(s)" in found.evidence
+    assert found.knob is None and "torch.set_num_threads(1) at the top of the cell" in found.advice
+    # One thread leaves them a core; a GPU computes while the threads idle; under half a core
+    # taken is not a shared machine.
+    for other in (
+        replace(run, system=replace(run.system, torch_threads=1)),
+        replace(run, device="cuda"),
+        replace(run, system=replace(run.system, main_cpu_percent=170.0)),
+    ):
+        assert "oversubscribed" not in kinds(diagnose(other))
+
+
+def test_a_busy_process_beside_torchs_threads_is_measured_and_named() -> None:
+    """The known answer: a process spinning on one core while the cell's torch threads use
+    every core this process may use."""
+    cores = usable_cores()
+
+    def train() -> None:
+        torch.set_num_threads(cores)  # put back after the run
+        loader = known_cost_loader(n=4000, batch_size=8)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=0.0), loader)
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        run = profile(train, steps=80).runs[0]
+    finally:
+        hog.kill()
+        hog.wait()
+    if int(run.system.cores or 0) != run_cores(run):
+        pytest.skip("the machine's CPU figures cover more cores than this process may use")
+    assert other_processes_cores(run) >= CONTENDED_CORES  # the spinning process is seen
+    found = the(diagnose(run), "oversubscribed")
+    assert f"on {cores} torch thread(s)" in found.evidence
 
 
 def test_idle_loading_on_a_shared_machine_is_not_called_a_wait_for_storage() -> None:
