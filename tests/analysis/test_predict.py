@@ -345,7 +345,10 @@ def test_an_inert_matmul_level_is_predicted_as_no_change() -> None:
 
 
 def test_batch_size_measured_within_its_predicted_range(batch_sweep) -> None:
-    """A step of fixed cost whatever the batch: twice the batch, 2.0x, the range's top."""
+    """A step of fixed cost whatever the batch: twice the batch, 2.0x, the range's top. Timed
+    on a machine nothing else took, as the other measured predictions are: on 2026-11-30 it read
+    far off once while a second test session shared the 2 cores."""
+    require_quiet(*batch_sweep.runs)
     run = batch_sweep.runs[1]
     p = run.prediction
     assert p.low == pytest.approx(1.0, abs=0.05) and p.high == pytest.approx(2.0, rel=0.1)
