@@ -127,8 +127,13 @@ def _split(base: RunResult) -> Split | str:
 
 
 def _matmul_inert(base: RunResult, level: str) -> str | None:
-    """What ``--matmul level`` does on the baseline's device, where it changes nothing."""
-    text, changes = device_for(base.device).matmul(level)
+    """What ``--matmul level`` does on the baseline's device, where it changes nothing; None
+    where it changes something, or where this machine has no such device to ask (a run
+    recorded on another machine)."""
+    device = device_for(base.device)
+    if not device.is_available():
+        return None
+    text, changes = device.matmul(level)
     return None if changes else text
 
 

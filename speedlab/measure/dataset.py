@@ -5,14 +5,16 @@ they come from, so two runs can be shown to train on the same data.
 files are opened (a slow-storage simulator such as the image lab's ``ThrottledOpener``, with
 its latency and bandwidth), the image size, mode and JPEG quality of a few of its files, a hash
 of those files' bytes, and the shape, dtype and a hash of a few samples as the model gets them
-(decoded and transformed, random augmentation drawn from a fixed seed). Knobs that only change
+(decoded and transformed, random augmentation drawn from a fixed seed: torch's, Python's and
+NumPy's). Knobs that only change
 how the data travels (workers, pinned memory, prefetching, preloading) leave it unchanged.
 
 It reads ``SAMPLES`` samples, at fixed indices spread over the dataset, and is meant to be
 taken once the fit it describes has ended, so that its reads cannot change the run they
 describe: ``speedlab.run.intercept`` does so where an assignment grades, and only there (a
-profiled fit reads nothing after training). Nor do they change the next one: the random draws
-come from a forked generator (the next run shuffles as it would have), and the page cache
+profiled fit reads nothing after training). Nor do they change the next one: the random states
+are put back as they were (``own_random_state``: the next run shuffles as it would have), and
+the page cache
 gains at most ``SAMPLES`` small files of a dataset that training reads anyway (a slow-storage
 simulator sleeps whether or not a file is cached). The files are read directly for their
 bytes (not through a throttle, which would only add its sleep); the samples go through the
@@ -21,10 +23,13 @@ dataset itself, and so through its storage: ``SAMPLES`` reads' latency.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
-from collections.abc import Iterable, Mapping
+import random
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +124,34 @@ def _samples(dataset: Any, indices: list[int]) -> dict[str, Any]:
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return {}
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
+        with own_random_state(seed=0):
             samples = [dataset[i] for i in indices]
     except Exception as err:  # the user's dataset: its failure is not the fingerprint's
         return {"sample": f"unreadable ({type(err).__name__})"}
     return {"sample": _describe(samples[0]), "sample_hash": _hash(_bytes(s) for s in samples)}
+
+
+@contextlib.contextmanager
+def own_random_state(seed: int | None = None) -> Iterator[None]:
+    """Leave torch's, Python's and NumPy's random states as they were when the block ends
+    (a dataset's augmentation may draw from any of them); with ``seed``, all three seeded with
+    it inside the block."""
+    import torch
+
+    numpy = sys.modules.get("numpy")
+    saved = torch.get_rng_state(), random.getstate(), numpy and numpy.random.get_state()
+    try:
+        if seed is not None:
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if numpy is not None:
+                numpy.random.seed(seed)
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        if numpy is not None:
+            numpy.random.set_state(saved[2])
 
 
 def _describe(sample: Any) -> str:

@@ -10,17 +10,16 @@ Either leaves the random state as it was, so the cell shuffles as it does alone.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speedlab.measure.dataset import own_random_state
 from speedlab.results.knobs import KnobRefused
 
 SHM = Path("/dev/shm")
@@ -227,27 +226,10 @@ def preload_shm(dataset: Any) -> Preloaded:
     return Preloaded(_rewrap(dataset, moved), [note], cleanup_dir=target)
 
 
-@contextlib.contextmanager
-def _own_random_state() -> Iterator[None]:
-    """Leave torch's, Python's and NumPy's random state as it was: the samples a preload loads
-    must not move the cell's shuffling (a RandomSampler draws its seed from torch's)."""
-    import random
-
-    import torch
-
-    numpy = sys.modules.get("numpy")
-    saved = torch.get_rng_state(), random.getstate(), numpy and numpy.random.get_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(saved[0])
-        random.setstate(saved[1])
-        if numpy is not None:
-            numpy.random.set_state(saved[2])
-
-
 def preload(mode: str, dataset: Any) -> Preloaded:
-    with _own_random_state():
+    # the samples a preload loads must not move the cell's shuffling (a RandomSampler draws
+    # its seed from torch's generator)
+    with own_random_state():
         if mode == "ram":
             return preload_ram(dataset)
         if mode == "shm":

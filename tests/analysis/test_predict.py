@@ -183,6 +183,15 @@ def test_a_knob_that_cannot_act_predicts_no_change(knobs: dict, said: str) -> No
     assert (p.speedup, p.low, p.high) == (1.0, 1.0, 1.0) and said in p.reason
 
 
+def test_a_gpu_runs_matmul_prediction_read_on_a_machine_without_one_says_it_cannot_tell() -> None:
+    """A run recorded on a GPU, diagnosed where there is none (its records loaded by hand): what
+    --matmul does on that GPU is not this machine's to say, and asking CUDA would raise."""
+    if device_for("cuda").is_available():
+        pytest.skip("this machine has a CUDA GPU to ask")
+    p = predict(replace(baseline(), device="cuda"), Knobs(workers=0, matmul="high"))
+    assert p.speedup is None and "float32 matmuls" in p.reason
+
+
 def test_matmul_predicts_no_change_only_where_this_machine_ignores_it() -> None:
     """Derived from this CPU: medium changes float32 matmuls only where oneDNN has bf16."""
     p = predict(baseline(), Knobs(workers=0, matmul="medium"))

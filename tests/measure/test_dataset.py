@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import math
+import random
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -90,6 +92,28 @@ def test_it_is_cheap_and_leaves_the_random_state_alone(tmp_path: Path) -> None:
     assert torch.equal(torch.get_rng_state(), state)
     # SAMPLES samples through the throttle; the files' bytes are read around it
     assert SAMPLES * SLOW.latency_s <= seconds < SAMPLES * SLOW.latency_s + 0.5
+
+
+class _DrawsEverywhere(torch.utils.data.Dataset):
+    """Augmentation from Python's and NumPy's random numbers, as many pipelines draw it."""
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([i + random.random(), float(np.random.rand())])
+
+
+def test_augmentation_from_python_and_numpy_is_seeded_and_their_states_left_alone() -> None:
+    """The same data gives the same fingerprint whatever the random states before it, and the
+    cell's next draws are those it would have made."""
+    dataset = _DrawsEverywhere()
+    random.seed(1)
+    np.random.seed(1)
+    first = fingerprint(dataset)
+    states = random.getstate(), np.random.get_state()[1].copy()
+    assert fingerprint(dataset) == first
+    assert random.getstate() == states[0] and (np.random.get_state()[1] == states[1]).all()
 
 
 def test_a_dataset_of_tensors_has_samples_but_no_storage() -> None:
