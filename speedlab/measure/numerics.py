@@ -61,11 +61,8 @@ class MatmulSettings:
         import torch
 
         self.level = _level()
-        self.fields = {
-            path: _backend(torch, path).fp32_precision
-            for path in _FP32_PRECISIONS
-            if hasattr(_backend(torch, path), "fp32_precision")
-        }
+        fields = {p: getattr(_backend(torch, p), "fp32_precision", None) for p in _FP32_PRECISIONS}
+        self.fields = {path: value for path, value in fields.items() if value is not None}
 
     def restore(self) -> None:
         import torch
