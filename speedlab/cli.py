@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "demo":
-        if args.steps < 1 or args.workers < 0:
-            parser.error("demo: --steps must be >= 1 and --workers >= 0")
+        if args.steps < 1:
+            parser.error(f"demo --steps {args.steps}: not allowed. Expected an integer >= 1.")
+        if args.workers < 0:
+            parser.error(f"demo --workers {args.workers}: not allowed. Expected an integer >= 0.")
         return demo(args.steps, args.workers)
     if args.command == "system":
         from speedlab.measure.machine import format_system_info, system_info

@@ -25,7 +25,8 @@ from speedlab.notebook.session import remember
 from speedlab.results.knobs import KNOBS, KnobError, Knobs
 from speedlab.results.sweep import SweepResult
 from speedlab.run.intercept import RunControls
-from speedlab.run.sweep import SweepSpec, plan_sweep, print_user_traceback, run_sweep
+from speedlab.run.sweep import SweepSpec, plan_sweep, run_sweep
+from speedlab.run.tracebacks import print_user_traceback
 from speedlab.run.watch import LiveView
 
 

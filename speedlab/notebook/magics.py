@@ -6,13 +6,12 @@ same way into a sweep (speedlab.notebook.entry); the work happens in speedlab.ru
 
 from __future__ import annotations
 
-from argparse import Namespace
+from argparse import Action, ArgumentError, ArgumentParser, Namespace
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.utils.process import arg_split
 
 from speedlab.results.knobs import (
     KNOBS,
@@ -31,11 +30,29 @@ AUTOTUNE_BUDGET_S = 120.0
 FRONT_END_OPTIONS = ("output", "panel", "autotune")
 
 
+class _Once(Action):
+    """Store an option's value, refusing a second one: argparse would keep the last silently
+    (``--workers 0 --workers 2``, or ``--work 0 --workers 2`` by its abbreviations)."""
+
+    def __call__(self, parser: ArgumentParser, namespace: Namespace, values: Any, *_: Any) -> None:
+        if getattr(namespace, self.dest) is not self.default:
+            raise ArgumentError(
+                self,
+                "given twice. Give it once, with the values to compare as one comma-separated "
+                "list (--workers 0,2).",
+            )
+        setattr(namespace, self.dest, values)
+
+
 def _knob_arguments(func: Any) -> Any:
     """One ``--option`` per knob, help from the knob table (so ``%%profile_train?`` lists them)."""
     for spec in reversed(KNOBS.values()):
         func = argument(
-            f"--{spec.option}", dest=spec.name, metavar="V1,V2", help=f"{spec.allowed}."
+            f"--{spec.option}",
+            dest=spec.name,
+            action=_Once,
+            metavar="V1,V2",
+            help=f"{spec.allowed}.",
         )(func)
     return func
 
@@ -56,11 +73,15 @@ class SpeedlabMagics(Magics):
         metavar="KEY=V1,V2",
         help="Any other Trainer argument, swept like a knob (repeatable).",
     )
-    @argument("--steps", help="Stop each run after N training steps.")
-    @argument("--time", help="Stop each run after S seconds.")
-    @argument("--warmup", default=5, help="Steps left out of the steady state (default 5).")
-    @argument("--repeat", default=1, help="Run every combination R times (median, spread).")
-    @argument("--name", help="A label stored with the sweep.")
+    @argument("--steps", action=_Once, help="Stop each run after N training steps.")
+    @argument("--time", action=_Once, help="Stop each run after S seconds.")
+    @argument(
+        "--warmup", default=5, action=_Once, help="Steps left out of the steady state (default 5)."
+    )
+    @argument(
+        "--repeat", default=1, action=_Once, help="Run every combination R times (median, spread)."
+    )
+    @argument("--name", action=_Once, help="A label stored with the sweep.")
     @argument("--no-live", action="store_true", help="No live view while training.")
     @argument(
         "--predict",
@@ -106,9 +127,8 @@ class SpeedlabMagics(Magics):
                ...: trainer.fit(model, data)
         """
         from speedlab.notebook.entry import plan, profile
-        from speedlab.run.sweep import user_traceback
+        from speedlab.run.tracebacks import user_traceback
 
-        _refuse_repeats(line)
         args = parse_argstring(self.profile_train, line)
         if not cell.strip():
             raise UsageError(
@@ -239,22 +259,6 @@ def _show_stored(text: str) -> None:
     except (NotStored, StoreError) as err:
         raise UsageError(str(err)) from None
     display(remember(sweep))
-
-
-def _refuse_repeats(line: str) -> None:
-    """Refuse an option given twice (but ``--trainer``, one per argument): argparse would keep
-    the last value silently."""
-    seen: set[str] = set()
-    for token in arg_split(line, strict=False):
-        option = token.partition("=")[0]
-        if not option.startswith("--") or option == "--trainer":
-            continue
-        if option in seen:
-            raise UsageError(
-                f"{option}: given twice. Give it once, with the values to compare as one "
-                "comma-separated list (--workers 0,2)."
-            )
-        seen.add(option)
 
 
 def sweep_options(args: Namespace) -> dict[str, Any]:

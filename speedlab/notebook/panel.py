@@ -338,7 +338,7 @@ class Panel:
                     self.handle.update(self._repr_mimebundle_(), raw=True)
 
     def _show_error(self, err: BaseException) -> None:
-        from speedlab.run.sweep import user_traceback
+        from speedlab.run.tracebacks import user_traceback
 
         lines = traceback.format_exception(type(err), err, user_traceback(err.__traceback__))
         self.errors.append_stderr("".join(lines))

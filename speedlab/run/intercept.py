@@ -14,6 +14,7 @@ import datetime
 import functools
 import inspect
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,9 @@ class FitRecord:
     # measure.dataset.fingerprint of the training data, where the run asked for it
     data: dict[str, Any] | None = None
     notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
+    ended: bool = False  # the fit has returned or raised, and what it changed is put back
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def note(self, *notes: str | None) -> None:
         """Keep these notes on the fit (``None``: nothing to say)."""
@@ -106,24 +109,30 @@ class FitRecord:
         self._undo.append(detach)
 
     def set_attribute(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name`` (an instance attribute, over its class's) until the fit ends."""
-        had, before = name in vars(owner), vars(owner).get(name)
-        setattr(owner, name, value)
+        """Set ``owner.name`` (an instance attribute, over its class's) until the fit ends;
+        nothing once it has ended (the panel's Stop comes from another thread)."""
+        with self._lock:
+            if self.ended:
+                return
+            had, before = name in vars(owner), vars(owner).get(name)
+            setattr(owner, name, value)
 
-        def put_back() -> None:
-            if had:
-                setattr(owner, name, before)
-            else:
-                vars(owner).pop(name, None)
+            def put_back() -> None:
+                if had:
+                    setattr(owner, name, before)
+                else:
+                    vars(owner).pop(name, None)
 
-        self._undo.append(put_back)
+            self._undo.append(put_back)
 
     def undo(self) -> None:
         """Put back what the fit changed on the user's objects, latest first."""
-        with contextlib.ExitStack() as stack:
-            for step in self._undo:
-                stack.callback(step)
-        self._undo.clear()
+        with self._lock:
+            self.ended = True
+            with contextlib.ExitStack() as stack:
+                for step in self._undo:
+                    stack.callback(step)
+                self._undo.clear()
 
     def train_dataset(self) -> Any:
         """The dataset of the fit's training DataLoader, or None."""
@@ -248,13 +257,16 @@ class Intercept:
         self._loaders.clear()
 
     def stop(self) -> None:
-        """End the run after the current step: every Trainer of this run stops and skips the
-        validation it has left (stopping would otherwise validate first). Call it again for
-        Trainers built since."""
+        """End the run after the current step: every Trainer fitting now stops and skips the
+        validation it has left (stopping would otherwise validate first), until its fit ends;
+        Trainers built since stop at their first step (``planned_stop``)."""
         self.stop_requested = True
         for fit in self.fits:
-            fit.trainer.should_stop = True
-            fit.trainer.limit_val_batches = 0
+            if fit.ended:  # the user's Trainer validates as it was set up afterwards
+                continue
+            fit.trainer.should_stop = True  # each fit sets it back to False as it starts
+            if fit.trainer.limit_val_batches != 0:  # the ticker repeats stop() for later ones
+                fit.set_attribute(fit.trainer, "limit_val_batches", 0)
 
     def planned_stop(self, trainer: Any) -> bool:
         """Whether this run's own controls ended the epoch of ``trainer`` (one built during the

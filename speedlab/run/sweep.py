@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import multiprocessing
 import sys
-import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from speedlab.analysis.doctor import diagnose
@@ -49,10 +46,10 @@ from speedlab.run.in_force import ran_otherwise
 from speedlab.run.intercept import FitRecord, Intercept, RunControls
 from speedlab.run.loaders import resolve_workers
 from speedlab.run.precision import autocast_refusal
+from speedlab.run.reaper import WorkerReaper
+from speedlab.run.tracebacks import print_user_traceback
 from speedlab.run.watch import LiveView
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
-_REAP_TIMEOUT_S = 5.0
 LIBRARY_DEPRECATIONS = r"(lightning|pytorch_lightning)(\.|$)"
 """Modules whose deprecation warnings a profiled cell does not show: they are about Lightning's
 own code, which the user cannot change."""
@@ -126,35 +123,6 @@ def _trainer_arguments(
     return trainer
 
 
-def user_traceback(tb: TracebackType | None) -> TracebackType | None:
-    """The traceback from the first frame outside speedlab: the user's code and below."""
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    return tb
-
-
-def print_user_traceback(err: BaseException) -> None:
-    traceback.print_exception(type(err), err, user_traceback(err.__traceback__), file=sys.stderr)
-
-
-def _reap_workers(before: set[int]) -> list[str]:
-    """End the DataLoader workers the run started and left behind; say so if any had to be
-    killed. DataLoader's workers are daemon processes; other processes the cell started (by
-    default not daemons) are its own business and are left running."""
-    notes = []
-    for child in multiprocessing.active_children():
-        if child.pid in before or not child.daemon:
-            continue
-        child.join(_REAP_TIMEOUT_S)
-        if child.is_alive():
-            child.kill()
-            child.join()
-            notes.append(
-                f"A worker process ({child.name}) was still alive after the run and was stopped."
-            )
-    return notes
-
-
 def run_once(
     train_fn: Callable[[], Any],
     knobs: Knobs,
@@ -168,11 +136,11 @@ def run_once(
     ``fingerprint_data``: each result's workload also holds its training data's fingerprint,
     read after the fit (``Intercept``), as grading needs.
     """
-    before = {p.pid for p in multiprocessing.active_children()}
     error: BaseException | None = None
     session = Intercept(knobs, controls, fingerprint_data=fingerprint_data)
+    reaper = WorkerReaper()
     try:
-        with session:
+        with reaper, session:
             if view is not None:
                 view.watch(session)
             try:
@@ -186,7 +154,7 @@ def run_once(
                     view.unwatch()
     except (Exception, KeyboardInterrupt) as err:  # applying the knobs failed: nothing ran
         error = err
-    reaped = _reap_workers(before)
+    reaped = reaper.reap()
     several = len(session.fits) > 1
     results = [
         _assemble(fit, knobs, session, reaped, number=i + 1 if several else None)

@@ -51,11 +51,37 @@ def test_a_run_cut_short_by_steps_or_time_closes_its_bar_complete(controls) -> N
     assert bar.n == bar.total == session.fits[0].trainer.global_step
 
 
-def test_stop_closes_the_bar_complete_and_skips_validation() -> None:
+def test_stop_closes_the_bar_complete() -> None:
     with Intercept(Knobs()) as session:
         bar = fit([StopAt(5, lambda _: session.stop())])
     assert bar.train_progress_bar.n == bar.train_progress_bar.total == 5
-    assert session.fits[0].trainer.limit_val_batches == 0
+
+
+class Validated(KnownCostModel):
+    """Counts its validation steps."""
+
+    validated = 0
+
+    def validation_step(self, batch, batch_idx) -> None:
+        self.validated += 1
+
+
+def test_stop_skips_the_fits_validation_and_leaves_the_trainer_as_it_was_built() -> None:
+    model, val = Validated(step_s=0.0), known_cost_loader(n=24, batch_size=8)
+    trainer = pl.Trainer(  # built before the run, as a cell run earlier would have
+        max_epochs=1,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        callbacks=[StopAt(5, lambda _: session.stop())],
+        **WITH_BAR,
+    )
+    with Intercept(Knobs()) as session:
+        trainer.fit(model, known_cost_loader(n=8 * BATCHES, batch_size=8), val)
+        session.stop()  # as the panel's ticker repeats it, once the fit has ended
+    assert trainer.global_step == 5 and model.validated == 0
+    assert trainer.limit_val_batches == 1.0  # the Trainer's own again: it validates
+    trainer.validate(model, val, verbose=False)
+    assert model.validated == 3
 
 
 def test_a_trainer_built_before_the_run_is_completed_only_by_stop() -> None:

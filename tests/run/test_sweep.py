@@ -83,9 +83,9 @@ def test_error_in_one_run_is_recorded_and_the_sweep_goes_on(capsys: pytest.Captu
 
 def test_workers_left_alive_are_ended_and_the_cells_own_processes_left() -> None:
     """A DataLoader worker the cell leaves running (its iterator kept) is ended, and said so;
-    a process the cell started on purpose is its own business."""
+    a process the cell started on purpose, a daemon as workers are, is its own business."""
     fork = multiprocessing.get_context("fork")
-    kept, own = [], fork.Process(target=time.sleep, args=(60,), name="cells-own")
+    kept, own = [], fork.Process(target=time.sleep, args=(60,), name="cells-own", daemon=True)
 
     def train() -> None:
         loader = DataLoader(KnownCostDataset(40), batch_size=4, num_workers=1)
