@@ -4,6 +4,7 @@ counted in batch_time. A reader of the table sees why a figure is what it is."""
 
 from __future__ import annotations
 
+from speedlab.analysis.compare import other_processes_cores
 from speedlab.results.run import RunResult
 from speedlab.results.steady import PAUSE_FACTOR, PAUSE_MIN_S, Pause
 from speedlab.results.table import fmt_ms
@@ -12,6 +13,11 @@ UNEVEN = 0.25
 """How far the average step may be from the typical (median) step before the notes say so."""
 LOOP_SHARE = 0.2
 """Share of the step the loop's own work (hooks, logging) takes before the notes name it."""
+LISTED_PAUSES = 5
+"""Pauses named one by one; more are summed up (a run of thousands of steps may leave out
+hundreds, 5% of its rounds, each a line's worth)."""
+OTHERS_NAMED_CORES = 0.1
+"""Cores other processes took on average before a pause's likely causes name them."""
 
 
 def steady_notes(run: RunResult) -> list[str]:
@@ -21,22 +27,13 @@ def steady_notes(run: RunResult) -> list[str]:
         return []
     notes = []
     if s.pauses:
-        steps = ", ".join(f"step {p.step + 1} ({_paused(p)})" for p in s.pauses)
-        why = (
-            "a full garbage collection of the process's heap, which its size and history "
-            "bring on, not a knob"
-            if all(p.collected for p in s.pauses)
-            else "a garbage collection, a kernel's first use or other work on the machine"
-        )
-        notes.append(
-            f"Paused: {steps} against a typical {fmt_ms(s.pauses[0].typical)}: {why}; left out "
-            "of the figures."
-        )
+        notes.append(_pauses_note(run))
     if s.recurring:
         notes.append(
             f"{s.recurring} rounds of steps each took over {PAUSE_FACTOR - 1:.0f} typical steps "
             f"longer than the typical round or ran {fmt_ms(PAUSE_MIN_S)} or more of full garbage "
-            "collection: too many to be pauses, they are counted as part of the run's cost."
+            f"collection{_others(run)}: too many, or too much of the time, to be pauses, they are "
+            "counted as part of the run's cost."
         )
     if abs(s.step_time / s.typical_step - 1) > UNEVEN:
         why = "the workers deliver in bursts" if run.loader_workers() else "the steps are uneven"
@@ -52,6 +49,43 @@ def steady_notes(run: RunResult) -> list[str]:
             "counts it."
         )
     return notes
+
+
+def _pauses_note(run: RunResult) -> str:
+    """The pauses left out: each one's step and length (a summary where there are many), why
+    they come, and their share of the steady steps' time, which the figures do not hold."""
+    pauses = run.steady.pauses
+    if len(pauses) <= LISTED_PAUSES:
+        steps = ", ".join(f"step {p.step + 1} ({_paused(p)})" for p in pauses)
+    else:
+        lengths = sorted(p.seconds for p in pauses)
+        some = ", ".join(str(p.step + 1) for p in pauses[: LISTED_PAUSES - 1])
+        steps = (
+            f"{len(pauses)} steps of {fmt_ms(lengths[0])} to {fmt_ms(lengths[-1])} (steps "
+            f"{some}, ... {pauses[-1].step + 1})"
+        )
+    if all(p.collected for p in pauses):
+        why = (
+            "a full garbage collection of the process's heap, which its size and history "
+            "bring on, not a knob"
+        )
+    else:
+        why = "a garbage collection, a kernel's first use or other work on the machine"
+        why += _others(run)
+    left_out = sum(p.seconds for p in pauses)
+    share = left_out / (run.steady.seconds + left_out)
+    return (
+        f"Paused: {steps} against a typical {fmt_ms(pauses[0].typical)}: {why}; left out of "
+        f"the figures ({share:.0%} of the steady steps' time)."
+    )
+
+
+def _others(run: RunResult) -> str:
+    """Other processes' CPU while the run ran, where it is worth naming beside long steps."""
+    others = other_processes_cores(run)
+    if others < OTHERS_NAMED_CORES:
+        return ""
+    return f" (other processes took about {others:.1f} cores while it ran)"
 
 
 def _paused(pause: Pause) -> str:

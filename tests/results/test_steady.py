@@ -117,3 +117,21 @@ def test_a_short_collection_is_no_pause_and_many_are_the_runs_cost() -> None:
     every_tenth = [0.03 if i % 10 == 0 else 0.0 for i in range(60)]
     recurring = steady({**_records(walls), "gc_time": every_tenth}, range(60), 0)
     assert not recurring.pauses and recurring.recurring == 6 and len(recurring.steps) == 60
+
+
+def test_long_rounds_rare_as_rounds_but_much_of_the_time_are_the_runs_cost() -> None:
+    """Another process's 24 ms time slices among 1 ms steps: 2.5% of the rounds, over half the
+    time; two such rounds are pauses, a full collection stays one whatever the time."""
+    walls = [0.001] * 800
+    for i in range(0, 800, 40):
+        walls[i] = 0.024
+    s = steady(_records(walls), range(800), 0)
+    assert not s.pauses and s.recurring == 20 and len(s.steps) == 800
+    two = [0.001] * 800
+    two[100] = two[500] = 0.024  # 46 ms over 798 ms of usual steps: 5.8%
+    assert [p.step for p in steady(_records(two), range(800), 0).pauses] == [100, 500]
+    collected = [0.0] * 800
+    for i in range(0, 800, 40):
+        collected[i] = 0.022
+    s = steady({**_records(walls), "gc_time": collected}, range(800), 0)
+    assert len(s.pauses) == 20 and not s.recurring
