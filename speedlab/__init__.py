@@ -33,7 +33,7 @@ _LAZY = {
     "Finding": "speedlab.results.findings",
     "diagnose": "speedlab.analysis.doctor",
     "verdicts": "speedlab.analysis.verdict",
-    "history": "speedlab.results.store",
+    "history": "speedlab.results.history",
     "load": "speedlab.run.stored",
     "lint": "speedlab.analysis.linter",
     "LintFinding": "speedlab.analysis.linter",
@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from speedlab.measure.probe import SpeedProbe
     from speedlab.measure.system import SystemSampler
     from speedlab.results.findings import Finding
+    from speedlab.results.history import history
     from speedlab.results.knobs import Knobs, explain
     from speedlab.results.run import RunResult
-    from speedlab.results.store import history
     from speedlab.results.sweep import SweepResult
     from speedlab.run.stored import load
 

@@ -87,11 +87,16 @@ def main(argv: list[str] | None = None) -> int:
 
         print(format_system_info(system_info()))
     elif args.command == "history":
-        from speedlab.results.store import format_history, history
+        from speedlab.results.history import format_history, history
+        from speedlab.results.store import StoreError
 
         if args.n < 0:
             parser.error(f"history {args.n}: expected a number of runs >= 0")
-        print(format_history(history(args.n)))
+        try:
+            print(format_history(history(args.n)))
+        except StoreError as err:
+            print(f"speedlab history: {err}", file=sys.stderr)
+            return 1
     elif args.command == "load":
         return show_stored(args.sweep)
     else:

@@ -146,3 +146,15 @@ def test_load_of_an_unknown_sweep_is_one_line(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["load", "three"])
     assert "invalid int value: 'three'" in capsys.readouterr().err
+
+
+def test_history_of_a_damaged_store_is_one_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "runs.sqlite"
+    stored_by_hand(path)
+    data = bytearray(path.read_bytes())
+    data[4096:] = b"\x07" * (len(data) - 4096)  # every page after the first
+    path.write_bytes(bytes(data))
+    assert main(["history"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"speedlab history: speedlab run store {path} is a damaged SQLite")

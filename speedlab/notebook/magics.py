@@ -211,11 +211,15 @@ class SpeedlabMagics(Magics):
             except KnobError as err:
                 raise UsageError(str(err)) from None
         elif command == "history":
-            from speedlab.results.store import format_history, history
+            from speedlab.results.history import format_history, history
+            from speedlab.results.store import StoreError
 
             if rest and not rest.isdigit():
                 raise UsageError(f"%speedlab history {rest}: expected a number of runs, e.g. 20.")
-            print(format_history(history(int(rest) if rest else 20)))
+            try:
+                print(format_history(history(int(rest) if rest else 20)))
+            except StoreError as err:
+                raise UsageError(str(err)) from None
         elif command == "load":
             _show_stored(rest)
         elif command == "doctor" and not rest:

@@ -9,17 +9,18 @@ as it was; a store from an earlier speedlab is brought up to this schema in plac
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from speedlab.results.table import Table, fmt
+T = TypeVar("T")
 
 ENV_VAR = "SPEEDLAB_STORE"
 APPLICATION_ID = int.from_bytes(b"SPDL", "big")  # PRAGMA application_id marking our files
@@ -100,6 +101,17 @@ def default_store_path() -> Path:
     return Path(env).expanduser() if env else Path.cwd() / ".speedlab" / "runs.sqlite"
 
 
+def _reads(method: Callable[..., T]) -> Callable[..., T]:
+    """A reading method whose SQLite errors say what is wrong with the file (``_reading``)."""
+
+    @functools.wraps(method)
+    def reading(store: RunStore, *args: Any, **kwargs: Any) -> T:
+        with store._reading():
+            return method(store, *args, **kwargs)
+
+    return reading
+
+
 class RunStore:
     """The SQLite run history. Several processes may write to one file at once.
 
@@ -116,13 +128,15 @@ class RunStore:
             print(format_history(store.history(10)))
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
         _refuse_non_sqlite(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if read_only and self._open_read_only():
+            return
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise _error(self.path, f"cannot be opened ({exc})") from exc
         try:
             self._init_schema()
@@ -132,6 +146,66 @@ class RunStore:
         except BaseException:
             self._conn.close()
             raise
+
+    def _open_read_only(self) -> bool:
+        """Open the store for reading only, as ``history`` and ``load`` do: without the write
+        lock a writer holds for a moment (readers and a writer work at once in WAL mode) and
+        where the file or its folder cannot be written (a read-only home). Where the folder
+        cannot hold the WAL's shared-memory file, the file is read as it is (``immutable``).
+        False where the file must be written first: a new, empty file or an earlier schema."""
+        uri = self.path.resolve().as_uri()
+        for mode in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                self._conn = sqlite3.connect(
+                    uri + mode, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+                )
+                app_id, version, tables = self._schema()
+                break
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                if mode != "?mode=ro":
+                    raise _error(self.path, _problem(exc)) from exc
+            except sqlite3.DatabaseError as exc:
+                self._conn.close()
+                raise _error(self.path, _problem(exc)) from exc
+        if (app_id == 0 and tables == 0) or version in MIGRATIONS:
+            self._conn.close()
+            return False
+        try:
+            self._check(app_id, version, tables)
+        except StoreError:
+            self._conn.close()
+            raise
+        return True
+
+    def _schema(self) -> tuple[int, int, int]:
+        """The file's application id, schema version and number of schema objects."""
+        conn = self._conn
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        return app_id, version, tables
+
+    def _check(self, app_id: int, version: int, tables: int) -> None:
+        """Refuse a file that is not a speedlab store this speedlab can read or bring up to date."""
+        if app_id != APPLICATION_ID:
+            raise _error(
+                self.path,
+                f"is another application's SQLite database (application_id {app_id}, "
+                f"{tables} schema objects)",
+            )
+        if version > SCHEMA_VERSION:
+            raise _error(
+                self.path,
+                f"has run store schema {version}, newer than schema {SCHEMA_VERSION} "
+                "that this speedlab reads (a newer speedlab wrote it)",
+            )
+        if version not in MIGRATIONS and version != SCHEMA_VERSION:
+            raise _error(
+                self.path,
+                f"has run store schema {version}, which this speedlab cannot read (it "
+                f"reads schema {min(MIGRATIONS)} to {SCHEMA_VERSION})",
+            )
 
     def _set_wal(self) -> None:
         """WAL journal mode, which lets readers and a writer work at once. Switching to it takes
@@ -157,37 +231,16 @@ class RunStore:
         The check runs under the write lock, so two processes creating or updating the store at
         once agree.
         """
-        try:
-            with self._transaction() as conn:
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-                if app_id == 0 and tables == 0:
-                    for statement in SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                elif app_id != APPLICATION_ID:
-                    raise _error(
-                        self.path,
-                        f"is another application's SQLite database (application_id {app_id}, "
-                        f"{tables} schema objects)",
-                    )
-                elif version > SCHEMA_VERSION:
-                    raise _error(
-                        self.path,
-                        f"has run store schema {version}, newer than schema {SCHEMA_VERSION} "
-                        "that this speedlab reads (a newer speedlab wrote it)",
-                    )
-                elif version in MIGRATIONS:
-                    self._migrate(conn, version)
-                elif version != SCHEMA_VERSION:
-                    raise _error(
-                        self.path,
-                        f"has run store schema {version}, which this speedlab cannot read (it "
-                        f"reads schema {min(MIGRATIONS)} to {SCHEMA_VERSION})",
-                    )
-        except sqlite3.DatabaseError as exc:
-            raise _error(self.path, f"is a damaged SQLite database ({exc})") from exc
+        with self._transaction() as conn:
+            app_id, version, tables = self._schema()
+            if app_id == 0 and tables == 0:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                return
+            self._check(app_id, version, tables)
+            if version in MIGRATIONS:
+                self._migrate(conn, version)
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
         """Bring a store of an earlier schema up to this one, inside the caller's transaction;
@@ -209,21 +262,35 @@ class RunStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taking the write lock at once (waits up to BUSY_TIMEOUT_S)."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One write transaction, taking the write lock at once (waits up to BUSY_TIMEOUT_S);
+        SQLite's errors as a StoreError that says what is wrong with the file."""
+        with self._reading():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """SQLite's errors, and stored text that is not JSON, as a StoreError that says what
+        is wrong with the file (damaged, locked, read-only, the disk full)."""
         try:
             yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise _error(self.path, _problem(exc)) from exc
+        except json.JSONDecodeError as exc:
+            raise _error(self.path, f"is a damaged run store (a stored result: {exc})") from exc
 
     def new_sweep(self, *, name: str | None, cell_hash: str | None, env: dict[str, Any]) -> int:
         """Record a new sweep; returns its id."""
         with self._transaction() as conn:
             cursor = conn.execute(
                 "INSERT INTO sweeps (created, name, cell_hash, env_json) VALUES (?, ?, ?, ?)",
-                (_now(), name, cell_hash, json.dumps(env)),
+                (_now(), name, cell_hash, _json(env)),
             )
         return _rowid(cursor)
 
@@ -233,7 +300,7 @@ class RunStore:
         The whole dict is kept as JSON; its headline figures also go into columns, and a
         missing one is stored as NULL.
         """
-        result_json = json.dumps(run)
+        result_json = _json(run)
         figures = [run.get(key) for key in FIGURES]
         with self._transaction() as conn:
             cursor = conn.execute(
@@ -243,26 +310,38 @@ class RunStore:
                     sweep_id,
                     _now(),
                     position,
-                    json.dumps(run.get("knobs") or {}),
+                    _json(run.get("knobs") or {}),
                     *figures,
                     result_json,
                 ),
             )
         return _rowid(cursor)
 
-    def finish_sweep(self, sweep_id: int, sweep: dict[str, Any]) -> None:
-        """Keep the sweep's whole result (a SweepResult's ``to_dict()``) when it has ended.
+    def finish_sweep(
+        self,
+        sweep_id: int,
+        sweep: dict[str, Any],
+        speedups: Mapping[int, float | None] | None = None,
+    ) -> None:
+        """Keep the sweep's whole result (a SweepResult's ``to_dict()``) when it has ended,
+        and each stored run's speedup over the baseline (``speedups``, by the position it was
+        stored at), which only the judged sweep knows.
 
         Its runs were stored one by one as each ended; this is what ``load`` shows again.
         """
-        text = json.dumps(sweep)
+        text = _json(sweep)
         with self._transaction() as conn:
             cursor = conn.execute(
                 "UPDATE sweeps SET result_json = ? WHERE id = ?", (text, sweep_id)
             )
+            conn.executemany(
+                "UPDATE runs SET speedup = ? WHERE sweep_id = ? AND position = ?",
+                [(speedup, sweep_id, position) for position, speedup in (speedups or {}).items()],
+            )
         if cursor.rowcount == 0:
             raise self._no_sweep(sweep_id)
 
+    @_reads
     def sweep(self, sweep_id: int) -> dict[str, Any]:
         """One sweep as ``sweeps()`` lists it, with ``result``: the dict ``finish_sweep`` kept,
         or None for a sweep that never finished (a crash, an interrupted kernel, an earlier
@@ -279,6 +358,7 @@ class RunStore:
         entry["result"] = json.loads(row[-1]) if row[-1] is not None else None
         return entry
 
+    @_reads
     def sweep_runs(self, sweep_id: int) -> list[dict[str, Any]]:
         """The full dicts of a sweep's stored runs, in the order they ran."""
         self.sweep(sweep_id)  # an unknown id is an error, not an empty sweep
@@ -292,6 +372,7 @@ class RunStore:
         held = f"its sweeps are numbered 1 to {last}" if last else "it holds no sweeps yet"
         return NotStored(f"no sweep {sweep_id} in the run store {self.path} ({held})")
 
+    @_reads
     def history(self, n: int | None = None) -> list[dict[str, Any]]:
         """The last `n` runs (all if None), newest first, with their sweep's name and cell."""
         rows = self._conn.execute(
@@ -300,7 +381,7 @@ class RunStore:
             f" {', '.join('runs.' + key for key in FIGURES)}"
             " FROM runs JOIN sweeps ON sweeps.id = runs.sweep_id"
             " ORDER BY runs.id DESC LIMIT ?",
-            (_limit(n),),
+            (limit_of(n),),
         ).fetchall()
         names = ("run_id", "sweep_id", "sweep", "created", "cell_hash", "position", "knobs")
         history = []
@@ -310,6 +391,7 @@ class RunStore:
             history.append(entry)
         return history
 
+    @_reads
     def run(self, run_id: int) -> dict[str, Any]:
         """The full dict stored for a run."""
         row = self._conn.execute("SELECT result_json FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -317,6 +399,7 @@ class RunStore:
             raise NotStored(f"no run {run_id} in the run store {self.path}")
         return json.loads(row[0])
 
+    @_reads
     def sweeps(self, n: int | None = None) -> list[dict[str, Any]]:
         """The last `n` sweeps (all if None), newest first, with their number of runs and
         whether they finished (their whole result is kept)."""
@@ -325,7 +408,7 @@ class RunStore:
             " (SELECT count(*) FROM runs WHERE runs.sweep_id = sweeps.id),"
             " sweeps.result_json IS NOT NULL"
             " FROM sweeps ORDER BY sweeps.id DESC LIMIT ?",
-            (_limit(n),),
+            (limit_of(n),),
         ).fetchall()
         return [_sweep_entry(row[:-1]) | {"finished": bool(row[-1])} for row in rows]
 
@@ -368,6 +451,28 @@ def _refuse_non_sqlite(path: Path) -> None:
         raise _error(path, "is not an SQLite database")
 
 
+def _problem(exc: sqlite3.DatabaseError) -> str:
+    """What SQLite's error says is wrong with the file, in the words of ``_error``."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return f"is locked by another process ({text}); try again once it has finished writing"
+    if "readonly" in text or "read-only" in text:
+        return f"cannot be written here ({text})"
+    if "full" in text:
+        return f"cannot be written: the disk is full ({text})"
+    if "I/O" in text:
+        return f"could not be read or written ({text}): the disk may be full or failing"
+    if "unable to open" in text:
+        return f"cannot be opened ({text})"
+    return f"is a damaged SQLite database ({text})"
+
+
+def _json(value: Any) -> str:
+    """JSON text of a result; a value JSON has no form for (an object passed as a Trainer
+    argument) is kept as its repr, so that one value never costs the run its place."""
+    return json.dumps(value, default=repr)
+
+
 def _error(path: Path, problem: str) -> StoreError:
     return StoreError(
         f"speedlab run store {path} {problem}; it was left untouched. "
@@ -384,93 +489,10 @@ def _rowid(cursor: sqlite3.Cursor) -> int:
     return cursor.lastrowid
 
 
-def _limit(n: int | None) -> int:
+def limit_of(n: int | None) -> int:
+    """SQLite's LIMIT for the last `n` (all if None); refuses what is not a count."""
     if n is None:
         return -1  # SQLite: no limit
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"history(n={n!r}): expected a number of runs >= 0, or None for all")
     return n
-
-
-def history(n: int | None = None, path: str | Path | None = None) -> list[dict[str, Any]]:
-    """The last `n` stored runs (all if None), newest first; [] when there is no store yet.
-
-    Reading never creates a store file.
-    """
-    _limit(n)  # a bad n is refused with or without a store
-    path = Path(path).expanduser() if path is not None else default_store_path()
-    if not path.exists():
-        return []
-    with RunStore(path) as store:
-        return store.history(n)
-
-
-def stored_sweep(sweep_id: int, path: str | Path | None = None) -> dict[str, Any]:
-    """Sweep ``sweep_id`` as ``RunStore.sweep`` gives it, with the store's ``path`` and
-    ``run_dicts``: its stored runs in order when it has no ``result`` (it never finished), else
-    [].
-
-    Raises ``NotStored`` for an id the store does not hold and for a sweep that left nothing to
-    show (it never finished and no run of it ended). Reading never creates a store file.
-    """
-    path = Path(path).expanduser() if path is not None else default_store_path()
-    if not path.exists():
-        raise NotStored(f"no sweep {sweep_id}: there is no run store at {path} yet")
-    with RunStore(path) as store:
-        entry = store.sweep(sweep_id) | {"path": str(path)}
-        entry["run_dicts"] = store.sweep_runs(sweep_id) if entry["result"] is None else []
-    if entry["result"] is None and not entry["run_dicts"]:
-        raise NotStored(
-            f"sweep {sweep_id} in the run store {path} has nothing to show: it ended before "
-            "its first run did"
-        )
-    return entry
-
-
-def history_table(rows: list[dict[str, Any]]) -> Table:
-    """`RunStore.history()` rows as a Table (aligned text, HTML in a notebook, CSV). The sweep
-    column is the id that ``speedlab.load`` (``%speedlab load``, ``speedlab load``) takes."""
-    columns = [
-        "run",
-        "sweep",
-        "when",
-        "samples/s",
-        "speedup",
-        "data_time ms",
-        "batch_time ms",
-        "data share",
-        "final loss",
-        "name",
-        "knobs",
-        "error",
-    ]
-    return Table(
-        columns,
-        [
-            [
-                str(row["run_id"]),
-                str(row["sweep_id"]),
-                (row["created"] or "")[:16].replace("T", " "),
-                fmt(row["samples_per_s"], ".1f"),
-                fmt(row["speedup"], ".2f", suffix="x"),
-                fmt(row["data_time"], ".2f", scale=1e3),
-                fmt(row["batch_time"], ".2f", scale=1e3),
-                fmt(row["data_share"], ".0%"),
-                fmt(row["final_loss"], ".4g"),
-                row["sweep"] or "",
-                " ".join(f"{k}={v}" for k, v in row["knobs"].items()) or "as written",
-                _first_line(row["error"]),
-            ]
-            for row in rows
-        ],
-    )
-
-
-def format_history(rows: list[dict[str, Any]]) -> str:
-    """An aligned text table of `RunStore.history()` rows, for `%speedlab history`."""
-    return str(history_table(rows)) if rows else "No runs stored yet."
-
-
-def _first_line(error: str | None, width: int = 60) -> str:
-    line = next(iter((error or "").strip().splitlines()), "")
-    return line if len(line) <= width else line[: width - 1] + "…"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from speedlab.results.history import stored_sweep
 from speedlab.results.run import RunResult
-from speedlab.results.store import StoreError, stored_sweep
+from speedlab.results.store import StoreError
 from speedlab.results.sweep import MEDIANS_FORMAT, SweepResult
 
 

@@ -39,14 +39,15 @@ from speedlab.results.knobs import (
 from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
-from speedlab.results.store import RunStore
 from speedlab.results.sweep import SweepResult
 from speedlab.run.forking import describe_rank_failure
 from speedlab.run.in_force import ran_otherwise
 from speedlab.run.intercept import FitRecord, Intercept, RunControls
+from speedlab.run.interrupts import held_interrupts
 from speedlab.run.loaders import resolve_workers
 from speedlab.run.precision import autocast_refusal
 from speedlab.run.reaper import WorkerReaper
+from speedlab.run.storing import SweepStore
 from speedlab.run.tracebacks import print_user_traceback
 from speedlab.run.watch import LiveView
 
@@ -154,21 +155,24 @@ def run_once(
                     view.unwatch()
     except (Exception, KeyboardInterrupt) as err:  # applying the knobs failed: nothing ran
         error = err
-    reaped = reaper.reap()
-    several = len(session.fits) > 1
-    results = [
-        _assemble(fit, knobs, session, reaped, number=i + 1 if several else None)
-        for i, fit in enumerate(session.fits)
-    ]
-    if not results:
-        message = (
-            describe_error(error)
-            if error
-            else ("The cell never called trainer.fit(...): there was no training to measure.")
-        )
-        results.append(RunResult(knobs=knobs, error=message, notes=session.notes + reaped))
-    elif error is not None and all(r.error is None for r in results):
-        results[-1] = replace(results[-1], error=describe_error(error))
+    with held_interrupts() as held:  # what the run measured is assembled whole
+        reaped = reaper.reap()
+        several = len(session.fits) > 1
+        results = [
+            _assemble(fit, knobs, session, reaped, number=i + 1 if several else None)
+            for i, fit in enumerate(session.fits)
+        ]
+        if not results:
+            message = (
+                describe_error(error)
+                if error
+                else ("The cell never called trainer.fit(...): there was no training to measure.")
+            )
+            results.append(RunResult(knobs=knobs, error=message, notes=session.notes + reaped))
+        elif error is not None and all(r.error is None for r in results):
+            results[-1] = replace(results[-1], error=describe_error(error))
+    if held.interrupted and error is None:  # after the run ended whole: the sweep stops here
+        error = KeyboardInterrupt()
     return results, error
 
 
@@ -334,19 +338,11 @@ def run_sweep(
     predicted from the baseline's first measurement before it runs, after ``ask`` (where
     given) took the learner's guess for it.
     """
-    from speedlab.measure.machine import system_info
-
-    run_store = None if store is False else RunStore(None if store in (None, True) else store)
-    sweep_id = None
-    if run_store is not None:
-        sweep_id = run_store.new_sweep(
-            name=spec.name, cell_hash=cell_hash(source), env=system_info()
-        )
+    kept = SweepStore(store, name=spec.name, cell_hash=cell_hash(source))
     view = view or LiveView()
     replicates: list[list[RunResult]] = [[] for _ in spec.plan]
     said: dict[int, Before] = {}
     shown: set[str] = set()
-    position = 0
     interrupted = False
     try:
         view.start_sweep(spec)
@@ -364,19 +360,20 @@ def run_sweep(
                 results, error = run_once(train_fn, knobs, spec.controls, view=view)
                 if i in said:
                     results = [said[i].kept(result) for result in results]
-                for result in results:
-                    if run_store is not None:
-                        run_store.add_run(sweep_id, position, result.to_dict())
-                    position += 1
-                    view.end_run(result)
                 replicates[i] += results
+                with held_interrupts() as held:  # a run measured whole is stored first
+                    for result in results:
+                        kept.add(result)
+                interrupted = held.interrupted
+                for result in results:
+                    view.end_run(result)
                 if isinstance(error, Exception) and describe_error(error) not in shown:
                     shown.add(describe_error(error))  # the same failure in every run: shown once
                     if (line := _one_line(error)) is not None:
                         print(line, file=sys.stderr)
                     else:
                         show_error(error)
-                if isinstance(error, KeyboardInterrupt):
+                if interrupted or isinstance(error, KeyboardInterrupt):
                     interrupted = True
                     break
             if interrupted:
@@ -389,12 +386,10 @@ def run_sweep(
             if interrupted
             else []
         )
-        sweep = _judged(groups, name=spec.name, notes=notes)
-        if run_store is not None:
-            run_store.finish_sweep(sweep_id, sweep.to_dict())
+        with held_interrupts():  # what was measured is judged and kept whole
+            sweep = kept.finish(_judged(groups, name=spec.name, notes=notes + kept.notes), groups)
     finally:
-        if run_store is not None:
-            run_store.close()
+        kept.close()
     view.end_sweep(sweep)
     return sweep
 

@@ -9,18 +9,19 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+import speedlab.results.history
 import speedlab.results.store
+from speedlab.results.history import format_history, stored_sweep
 from speedlab.results.store import (
     NotStored,
     RunStore,
     StoreError,
     default_store_path,
-    format_history,
-    stored_sweep,
 )
 
 REPO = Path(speedlab.results.store.__file__).resolve().parents[2]
@@ -274,16 +275,16 @@ def test_module_history_reads_the_default_store_and_never_creates_one(
 ) -> None:
     target = tmp_path / "runs.sqlite"
     monkeypatch.setenv("SPEEDLAB_STORE", str(target))
-    assert speedlab.results.store.history() == []
+    assert speedlab.results.history.history() == []
     assert not target.exists()
     for bad in ("2", 2.5, True, -1):  # refused with a store or without one
         with pytest.raises(ValueError, match=rf"history\(n={bad!r}\): expected a number"):
-            speedlab.results.store.history(bad)
+            speedlab.results.history.history(bad)
     with RunStore() as store:
         sweep = store.new_sweep(name="s", cell_hash=None, env={})
         ids = [store.add_run(sweep, i, RUN) for i in range(3)]
-    assert [row["run_id"] for row in speedlab.results.store.history(2)] == ids[:0:-1]
-    assert len(speedlab.results.store.history(path=target)) == 3
+    assert [row["run_id"] for row in speedlab.results.history.history(2)] == ids[:0:-1]
+    assert len(speedlab.results.history.history(path=target)) == 3
 
 
 def test_a_finished_sweep_keeps_its_whole_result_beside_its_runs(tmp_path: Path) -> None:
@@ -411,3 +412,72 @@ def test_a_store_that_cannot_be_brought_up_to_date_is_refused_untouched(
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     conn.close()
+
+
+def _held(path: Path) -> sqlite3.Connection:
+    """Another process's connection holding the store's write lock, as a writer does."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def test_reading_takes_no_write_lock_and_a_writer_waiting_for_one_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path) as store:
+        sweep = store.new_sweep(name="held", cell_hash=None, env={})
+        store.add_run(sweep, 0, RUN)
+    writer = _held(path)
+    start = time.monotonic()
+    rows = speedlab.results.history.history(path=path)
+    entry = stored_sweep(sweep, path)
+    waited = time.monotonic() - start
+    assert [row["sweep"] for row in rows] == ["held"] and entry["run_dicts"] == [RUN]
+    assert waited < speedlab.results.store.BUSY_TIMEOUT_S / 6  # read at once, not waited for
+    monkeypatch.setattr(speedlab.results.store, "BUSY_TIMEOUT_S", 0.2)
+    with RunStore(path, read_only=True) as store, pytest.raises(StoreError) as caught:
+        store.add_run(sweep, 1, RUN)  # a reader cannot write
+    with pytest.raises(StoreError) as locked:
+        RunStore(path).add_run(sweep, 1, RUN)
+    writer.execute("ROLLBACK")
+    writer.close()
+    assert "cannot be written here (attempt to write a readonly database)" in str(caught.value)
+    assert "is locked by another process (database is locked)" in str(locked.value)
+
+
+def test_a_store_damaged_past_its_schema_is_one_line_from_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path) as store:
+        sweep = store.new_sweep(name="a" * 5000, cell_hash=None, env={})
+        for position in range(40):
+            store.add_run(sweep, position, {**RUN, "notes": ["n" * 2000]})
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[3 * page : 12 * page] = bytes(range(256)) * (9 * page // 256)  # the runs' pages
+    path.write_bytes(bytes(data))
+    for read in (
+        lambda: speedlab.results.history.history(path=path),
+        lambda: stored_sweep(sweep, path),
+    ):
+        with pytest.raises(StoreError) as caught:
+            read()
+        assert "\n" not in str(caught.value)
+        assert f"speedlab run store {path} is a damaged SQLite database (" in str(caught.value)
+
+
+def test_the_judged_speedups_fill_the_history_and_odd_values_are_kept_as_text(
+    tmp_path: Path,
+) -> None:
+    class Callback:
+        def __repr__(self) -> str:
+            return "Callback()"
+
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        sweep = store.new_sweep(name="s", cell_hash=None, env={})
+        for position in range(3):
+            store.add_run(sweep, position, {**RUN, "speedup": None})
+        odd = store.add_run(sweep, 3, {**RUN, "knobs": {"trainer": {"callbacks": [Callback()]}}})
+        store.finish_sweep(sweep, {"runs": []}, {0: 1.0, 1: 1.5, 2: None})
+        assert [row["speedup"] for row in store.history()] == [1.5, None, 1.5, 1.0]
+        assert store.run(odd)["knobs"] == {"trainer": {"callbacks": ["Callback()"]}}

@@ -19,10 +19,11 @@ import speedlab
 from speedlab.analysis.data import DATA_SHARE_WARN
 from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
+from speedlab.results.history import history
 from speedlab.results.knobs import KnobError, Knobs
 from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.run import RunResult
-from speedlab.results.store import RunStore, history
+from speedlab.results.store import RunStore
 from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import plan_sweep, run_sweep
 from speedlab.run.watch import LiveView
