@@ -124,6 +124,6 @@ def said_before(
         return Before({}, None)
     first: dict[int | None, Any] = {}
     for row in rows:
-        if row.baseline:
+        if row.baseline and row.measured:  # a failed first run is no baseline
             first.setdefault(row.result.fit, row.result)
     return before_run(list(first.values()), knobs, ask=lambda _: guess, view=view)

@@ -11,8 +11,7 @@ workers are shut down and reaped. A subprocess would isolate more but would have
 cell's imports and data set-up on every click, and could not train the objects it holds.
 
 While a panel run trains, Trainers built in other cells are measured as part of it (the knobs
-patch the Trainer class for the duration of a run): wait for the run to end before training
-elsewhere.
+patch the Trainer class for the run), and another run (a cell's, another panel's) is refused.
 
 What Lightning prints and shows during a run goes into a collapsed section of the panel
 (speedlab.notebook.capture).
@@ -31,21 +30,16 @@ Notebook 7, nbclassic, an export whose widget scripts load) it does not show twi
 from __future__ import annotations
 
 import html
-import math
-import statistics
 import threading
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 
-from speedlab.analysis.compare import compare
 from speedlab.analysis.findings import unique_findings
-from speedlab.analysis.predict import guess_text, predicted_text
 from speedlab.notebook import session
 from speedlab.notebook.capture import ThreadOutput, current_request, replies_to
 from speedlab.notebook.controls import (
@@ -61,24 +55,21 @@ from speedlab.notebook.controls import (
 from speedlab.notebook.diagnosis import findings_list_html
 from speedlab.notebook.guessing import guess_field, said_before, typed_guess
 from speedlab.notebook.live import NotebookView
-from speedlab.notebook.tables import verdict_text
+from speedlab.notebook.panel_runs import (
+    PanelRun,
+    baseline_of,
+    judged,
+    noise_html,
+    panel_sweep,
+    results_table,
+)
 from speedlab.results.knobs import KNOBS, KnobError, Knobs
 from speedlab.results.prediction import GuessError
-from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
-from speedlab.results.table import Table, fmt
+from speedlab.results.table import Table
 from speedlab.run.intercept import RunControls
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-@dataclass
-class PanelRun:
-    """One row of the panel's table: a result and how it came about."""
-
-    result: RunResult
-    baseline: bool
-    stopped: bool
 
 
 class _WidgetHandle:
@@ -272,14 +263,12 @@ class Panel:
             self.status.value = f"<b>Not run:</b> {html.escape(str(err))}"
             return None
         baseline = self.baseline_knobs is None or knobs == self.baseline_knobs
-        if self.baseline_knobs is None:
-            self.baseline_knobs = knobs
         self.view = _PanelView(self.chart, current_request())
         self._set_running(True, knobs)
         self.library.widget.layout.display = None
         self.thread = threading.Thread(
-            target=self._train,
-            args=(knobs, baseline, self.view, guess),
+            target=self._train,  # the steps as Run was pressed, not as the thread reads them
+            args=(knobs, self.run_controls(), baseline, self.view, guess),
             name="speedlab-panel",
             daemon=True,
         )
@@ -304,12 +293,15 @@ class Panel:
             self.thread.join(timeout)
         return not self.running
 
-    def _train(self, knobs: Knobs, baseline: bool, view: _PanelView, guess: Any) -> None:
+    def _train(
+        self, knobs: Knobs, controls: RunControls, baseline: bool, view: _PanelView, guess: Any
+    ) -> None:
         from speedlab.notebook.entry import one_run, profile
+        from speedlab.run.sweep import stopped_on_request
 
         with replies_to(view.request):  # the run's widget updates reply to what started it
             try:
-                plan = one_run(knobs, self.run_controls(), name=self.name or "panel")
+                plan = one_run(knobs, controls, name=self.name or "panel")
                 said = said_before(self.runs, knobs, guess, view, baseline=baseline)
                 with self.library.capture():
                     sweep = profile(
@@ -320,9 +312,11 @@ class Panel:
                         **plan,
                     )
                 self.runs += [
-                    PanelRun(self._judged(said.kept(r)), baseline, view.stop_requested)
+                    PanelRun(judged(self.runs, said.kept(r)), baseline, stopped_on_request(r))
                     for r in sweep.runs
                 ]
+                if self.baseline_knobs is None and baseline_of(self.runs) is not None:
+                    self.baseline_knobs = knobs  # the first run that measured, not one failed
                 # The sweep's findings hold its best run's own: each is shown once.
                 self.findings = unique_findings(
                     [*sweep.diagnosis, *(f for r in sweep.runs for f in r.diagnosis)]
@@ -348,14 +342,14 @@ class Panel:
         self.run_button.disabled = running
         self.repeat_button.disabled = running or self.baseline_knobs is None
         self.guess.disabled = self.repeat_button.disabled  # a guess needs a baseline
-        self.stop_button.disabled = not running
+        self.stop_button.disabled, self.steps.disabled = not running, running
         for name, control in self.controls.items():
             control.disabled = running or WHOLE in self.limits.get(name, {})
         if running:
             self.status.value = f"Running {html.escape(shown)}..."
         elif self.runs:
             last = self.runs[-1]
-            state = "stopped" if last.stopped else "done"
+            state = "failed" if last.result.error else "stopped" if last.stopped else "done"
             self.status.value = f"Run {len(self.runs)} {state}: {html.escape(shown)}."
 
     # -- results --------------------------------------------------------------------------
@@ -364,67 +358,16 @@ class Panel:
     def sweep(self) -> SweepResult | None:
         """All runs made in this panel, the first being the baseline, each judged against it
         when it ended."""
-        return SweepResult([r.result for r in self.runs], name=self.name) if self.runs else None
-
-    def _judged(self, result: RunResult) -> RunResult:
-        """``result`` with its comparison with the panel's baseline (the first run), judged
-        once as it ends, as a sweep judges its runs."""
-        base = self.runs[0].result if self.runs else result
-        return replace(result, comparison=compare(base, result))
+        return panel_sweep(self.runs, self.name)
 
     def results_table(self) -> Table | None:
-        """One row per run: its speedup over the baseline, the verdict as the magic's table
-        gives it, and its noise; None before a run."""
-        if not self.runs:
-            return None
-        first = self.runs[0].result
-        rows = []
-        for i, row in enumerate(self.runs, 1):
-            r = row.result
-            spread = r.throughput_summary
-            noise = spread.iqr / 2 / spread.median if spread.median > 0 else math.nan
-            status = f"error: {r.error}" if r.error else "stopped" if row.stopped else "ok"
-            label = "baseline" if row.baseline else r.label(first)
-            rows.append(
-                [
-                    str(i),
-                    label + (" (repeat)" if row.baseline and i > 1 else ""),
-                    fmt(r.samples_per_s, ",.1f"),
-                    fmt(r.speedup, ".2f", suffix="x"),
-                    verdict_text(r, first),
-                    predicted_text(r) or "-",
-                    guess_text(r) or "-",
-                    f"±{noise:.1%}" if math.isfinite(noise) else "-",
-                    fmt(r.data_time, ".2f", scale=1e3),
-                    fmt(r.batch_time, ".2f", scale=1e3),
-                    fmt(r.data_share, ".0%"),
-                    str(r.steps),
-                    status,
-                ]
-            )
-        columns = ["#", "run", "samples/s", "speedup", "vs baseline", "predicted", "your guess"]
-        columns += ["noise", "data_time ms", "batch_time ms", "data share", "steps", "status"]
-        return Table(columns, rows)
+        """One row per run (``panel_runs.results_table``); None before a run."""
+        return results_table(self.runs)
 
     def table_html(self) -> str:
         """The results table and how to read its noise."""
         table = self.results_table()
-        return "" if table is None else table._repr_html_() + self._noise_html()
-
-    def _noise_html(self) -> str:
-        rates = [r.result.samples_per_s for r in self.runs if r.baseline and r.result.steps]
-        rates = [x for x in rates if math.isfinite(x)]
-        if len(rates) < 2:
-            return (
-                "<small>noise: half the spread (IQR) of the steps' samples/s. Press "
-                "<i>repeat baseline</i> to see how much whole runs vary.</small>"
-            )
-        middle = statistics.median(rates)
-        spread = (max(rates) - min(rates)) / 2 / middle
-        return (
-            f"<small>The baseline ran {len(rates)} times: {min(rates):,.1f} to {max(rates):,.1f} "
-            f"samples/s (±{spread:.1%}). Speedups within that are noise.</small>"
-        )
+        return "" if table is None else table._repr_html_() + noise_html(self.runs)
 
     def _title_html(self) -> str:
         return "<b>speedlab panel</b>" + (

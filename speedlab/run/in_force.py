@@ -16,7 +16,7 @@ from speedlab.results.knobs import KNOBS, KnobError, Knobs
 from speedlab.results.run import RunResult
 
 if TYPE_CHECKING:
-    from speedlab.run.intercept import FitRecord
+    from speedlab.run.fit_record import FitRecord
 
 _LOADER_FACTS = {
     "workers": "loader_workers",

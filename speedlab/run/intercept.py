@@ -16,8 +16,7 @@ import inspect
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from speedlab.measure.compat import is_datamodule, trainer_classes
@@ -26,12 +25,11 @@ from speedlab.measure.devices import Device, available_devices
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.knobs import DATA_KNOBS, KNOBS, KnobRefused, Knobs, check_number
-from speedlab.run.compiling import CompiledStep, compile_step, forget_compiled
-from speedlab.run.forking import CudaBeforeForkError, check_fork, forked_rank_threads_note
+from speedlab.run.compiling import compile_step, forget_compiled
+from speedlab.run.fit_record import FitRecord
+from speedlab.run.forking import check_fork, forked_rank_threads_note
 from speedlab.run.global_state import GlobalState, restore_sigint
 from speedlab.run.loaders import (
-    NotebookClass,
-    NotebookClassError,
     can_stamp,
     map_loaders,
     rebuild_loader,
@@ -39,7 +37,7 @@ from speedlab.run.loaders import (
     shutdown_loader,
 )
 from speedlab.run.precision import resolve_precision, trainer_device
-from speedlab.run.preload import Preloaded, preload, ram_cache
+from speedlab.run.preload import Preloaded, preload
 from speedlab.run.stopping import PlannedStop, time_is_up
 
 
@@ -68,109 +66,6 @@ class RunControls:
             object.__setattr__(self, name, value)
 
 
-@dataclass
-class FitRecord:
-    """One ``trainer.fit`` call seen during a run.
-
-    It keeps the notes of what was done to the fit (``note``): the session hands it what
-    each step returned.
-    """
-
-    trainer: Any
-    probe: SpeedProbe
-    notes: list[str] = field(default_factory=list)
-    preload_s: float = 0.0
-    model: Any = None
-    exception: BaseException | None = None
-    compiled: CompiledStep | None = None
-    # measure.dataset.fingerprint of the training data, where the run asked for it
-    data: dict[str, Any] | None = None
-    notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
-    ended: bool = False  # the fit has returned or raised, and what it changed is put back
-    _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def note(self, *notes: str | None) -> None:
-        """Keep these notes on the fit (``None``: nothing to say)."""
-        self.notes += [n for n in notes if n]
-
-    def attach(self, first: Any, last: Any) -> None:
-        """Put two callbacks first and last on a Trainer the cell built before the run, until
-        the fit ends (``undo``)."""
-        callbacks = self.trainer.callbacks
-        callbacks.insert(0, first)
-        callbacks.append(last)
-
-        def detach() -> None:
-            for callback in (first, last):
-                if callback in callbacks:
-                    callbacks.remove(callback)
-
-        self._undo.append(detach)
-
-    def set_attribute(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name`` (an instance attribute, over its class's) until the fit ends;
-        nothing once it has ended (the panel's Stop comes from another thread)."""
-        with self._lock:
-            if self.ended:
-                return
-            had, before = name in vars(owner), vars(owner).get(name)
-            setattr(owner, name, value)
-
-            def put_back() -> None:
-                if had:
-                    setattr(owner, name, before)
-                else:
-                    vars(owner).pop(name, None)
-
-            self._undo.append(put_back)
-
-    def undo(self) -> None:
-        """Put back what the fit changed on the user's objects, latest first."""
-        with self._lock:
-            self.ended = True
-            with contextlib.ExitStack() as stack:
-                for step in self._undo:
-                    stack.callback(step)
-                self._undo.clear()
-
-    def train_dataset(self) -> Any:
-        """The dataset of the fit's training DataLoader, or None."""
-        return getattr(getattr(self.trainer, "train_dataloader", None), "dataset", None)
-
-    def workload(self) -> dict[str, Any]:
-        """What was trained: the model's class and size, how many training samples it had and
-        what ``--preload ram`` would cache of them (``preload.ram_cache``), the fingerprint of its
-        data (where the run reads it) and, when compiled, whether inductor's cache was cold or
-        warm.
-
-        ``notebook_class``: a class defined in the notebook that the workers could not import
-        (``NotebookClass.fact()``): forked for, or why the fit was refused.
-        ``cuda_before_fork``: the fit was refused because CUDA was initialised before a fork-based
-        launch (``{"start_method": ...}``).
-        """
-        out: dict[str, Any] = {}
-        if self.model is not None:
-            out["model"] = type(self.model).__qualname__
-            out["parameters"] = sum(p.numel() for p in self.model.parameters())
-        if self.compiled is not None and self.compiled.cache is not None:
-            out["compile_cache"] = self.compiled.cache
-        dataset = self.train_dataset()
-        if dataset is not None and hasattr(dataset, "__len__"):
-            out["dataset"] = type(dataset).__qualname__
-            out["dataset_len"] = len(dataset)
-            out["ram_cache"] = ram_cache(dataset)
-        if self.data is not None:
-            out["data"] = self.data
-        refused = self.exception if isinstance(self.exception, NotebookClassError) else None
-        notebook_class = refused.notebook_class if refused is not None else self.notebook_class
-        if notebook_class is not None:
-            out["notebook_class"] = notebook_class.fact()
-        if isinstance(self.exception, CudaBeforeForkError):
-            out["cuda_before_fork"] = {"start_method": self.exception.start_method}
-        return out
-
-
 def _matmul(level: str, devices: list[Device] | None = None) -> tuple[str, bool]:
     """What ``--matmul level`` does on the device a run here trains on by default, and whether
     it changes float32 matmuls on any device a run here may train on (``devices``, all those
@@ -183,8 +78,18 @@ _PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16"
 """Lightning's older precision names and what it runs for each: not a change of precision."""
 
 
+class RunInProgress(RuntimeError):
+    """Another run of this process holds the Trainer's patches: runs cannot overlap (their
+    patches and process-wide settings would tangle, and each would measure the other's fits)."""
+
+
+_RUNNING = threading.Lock()
+"""Held by the one Intercept active in the process (a panel's run in its thread, a cell's)."""
+
+
 class Intercept:
-    """Patch Trainer construction and fit for one run; restore everything on exit.
+    """Patch Trainer construction and fit for one run; restore everything on exit. One at a
+    time in a process: another one's ``__enter__`` raises ``RunInProgress``.
 
     Args:
         knobs: the run's knobs.
@@ -215,12 +120,19 @@ class Intercept:
         self._patched: list[tuple[type, str, Any]] = []
         self._loaders: list[Any] = []
         self._state: GlobalState | None = None
+        self._holds_lock = False
 
     # -- context ----------------------------------------------------------------------------
 
     def __enter__(self) -> Intercept:
         import torch
 
+        if not _RUNNING.acquire(blocking=False):
+            raise RunInProgress(
+                "Another speedlab run is training in this kernel (a panel's or another cell's): "
+                "wait for it to end, or press its Stop, then run this again."
+            )
+        self._holds_lock = True
         self._state = GlobalState()
         try:
             if self.knobs.matmul is not None:
@@ -239,12 +151,18 @@ class Intercept:
         # Each step runs whatever an earlier one raised (an interrupt, a failing shutdown):
         # the last registered runs first, the global state is put back last.
         with contextlib.ExitStack() as undo:
+            if self._holds_lock:  # last of all: the next run may start
+                undo.callback(self._release)
             if self._state is not None:
                 undo.callback(self._state.restore)
             if self.knobs.compile not in (None, "off"):
                 undo.callback(forget_compiled)  # this run's must not serve the next one
             undo.callback(self._shutdown_loaders)
             undo.callback(self._unpatch)
+
+    def _release(self) -> None:
+        self._holds_lock = False
+        _RUNNING.release()
 
     def _unpatch(self) -> None:
         for cls, name, original in reversed(self._patched):
@@ -258,8 +176,8 @@ class Intercept:
 
     def stop(self) -> None:
         """End the run after the current step: every Trainer fitting now stops and skips the
-        validation it has left (stopping would otherwise validate first), until its fit ends;
-        Trainers built since stop at their first step (``planned_stop``)."""
+        validation it has left (stopping would otherwise validate first), until its fit ends.
+        A fit started since stops when this is called again (the panel's ticker repeats it)."""
         self.stop_requested = True
         for fit in self.fits:
             if fit.ended:  # the user's Trainer validates as it was set up afterwards
@@ -352,6 +270,7 @@ class Intercept:
 
         @functools.wraps(original)
         def fit(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(trainer, *args, **kwargs)  # a wrong argument: as Lightning
             sigint = signal.getsignal(signal.SIGINT)  # Lightning's own handling replaces it
             probe, notes = session._pending.get(id(trainer), (None, []))
             prebuilt = probe is None  # built before the run started: measure it all the same
@@ -359,7 +278,6 @@ class Intercept:
             record = FitRecord(trainer, probe, notes=list(notes))
             if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
                 record.attach(PlannedStop(lambda _: session.stop_requested), probe)
-            bound = signature.bind(trainer, *args, **kwargs)
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []
@@ -377,6 +295,7 @@ class Intercept:
                 record.exception = err
                 raise
             finally:
+                record.stopped = session.stop_requested  # a Stop after the fit ended is not its
                 # Each step runs whatever an earlier one raised; the last registered first.
                 with contextlib.ExitStack() as after:
                     after.callback(restore_sigint, sigint)

@@ -7,6 +7,7 @@ own daemon process (a producer, a server) is the cell's business and is left run
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Any
 
@@ -16,7 +17,8 @@ REAP_TIMEOUT_S = 5.0
 
 class WorkerReaper:
     """While active, note the worker processes of every multi-process DataLoader iterator
-    started (torch's ``_MultiProcessingDataLoaderIter``); ``reap`` ends those still alive.
+    started in the thread that entered it (torch's ``_MultiProcessingDataLoaderIter``; the
+    run's own, not another cell's beside a panel's run); ``reap`` ends those still alive.
 
     Example::
 
@@ -34,14 +36,15 @@ class WorkerReaper:
 
         cls = dataloader._MultiProcessingDataLoaderIter
         original = cls.__dict__["__init__"]
-        workers = self.workers
+        workers, run_thread = self.workers, threading.get_ident()
 
         @functools.wraps(original)
         def __init__(iterator: Any, *args: Any, **kwargs: Any) -> None:
             try:
                 original(iterator, *args, **kwargs)
             finally:  # those started before an error too
-                workers.extend(getattr(iterator, "_workers", ()))
+                if threading.get_ident() == run_thread:
+                    workers.extend(getattr(iterator, "_workers", ()))
 
         cls.__init__ = __init__
         self._patched = (cls, original)

@@ -40,9 +40,10 @@ from speedlab.results.prediction import Guess, Prediction
 from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.results.sweep import SweepResult
+from speedlab.run.fit_record import FitRecord
 from speedlab.run.forking import describe_rank_failure
 from speedlab.run.in_force import ran_otherwise
-from speedlab.run.intercept import FitRecord, Intercept, RunControls
+from speedlab.run.intercept import Intercept, RunControls, RunInProgress
 from speedlab.run.interrupts import held_interrupts
 from speedlab.run.loaders import resolve_workers
 from speedlab.run.precision import autocast_refusal
@@ -141,14 +142,14 @@ def run_once(
     session = Intercept(knobs, controls, fingerprint_data=fingerprint_data)
     reaper = WorkerReaper()
     try:
-        with reaper, session:
+        with session, reaper:  # the reaper's patch only while this run holds the patches
             if view is not None:
                 view.watch(session)
             try:
                 with warnings.catch_warnings():
                     _quiet_library_deprecations()
                     train_fn()
-            except (Exception, KeyboardInterrupt) as err:
+            except (Exception, KeyboardInterrupt, SystemExit) as err:  # exit(): the cell's error
                 error = err
             finally:
                 if view is not None:
@@ -206,7 +207,7 @@ def _assemble(
         knobs=knobs,
         ran_otherwise=ran_otherwise(knobs, fit, measured),
         fit=number,
-        notes=session.notes + fit.notes + measured.notes + reaped + _stopped(session, measured),
+        notes=session.notes + fit.notes + measured.notes + reaped + _stopped(fit, measured),
         phases=measured.phases | {"preload": fit.preload_s},
         workload=workload,
         flops=measured.flops | _peak(device, measured, fit.probe.peak),
@@ -219,11 +220,20 @@ def _assemble(
     )
 
 
-def _stopped(session: Intercept, measured: RunResult) -> list[str]:
+STOPPED = "Stopped on request after"
+"""How the note of a run stopped on request begins (``stopped_on_request``)."""
+
+
+def _stopped(fit: FitRecord, measured: RunResult) -> list[str]:
     """The note of a run stopped on request (the panel's Stop) before it ended on its own."""
-    if not session.stop_requested:
+    if not fit.stopped:
         return []
-    return [f"Stopped on request after {measured.steps} steps; what was measured is kept."]
+    return [f"{STOPPED} {measured.steps} steps; what was measured is kept."]
+
+
+def stopped_on_request(run: RunResult) -> bool:
+    """Whether a stop asked for while the run trained ended it (its note says so)."""
+    return any(note.startswith(STOPPED) for note in run.notes)
 
 
 def _quiet_library_deprecations() -> None:
@@ -258,8 +268,11 @@ def describe_error(err: BaseException) -> str:
 
 def _one_line(err: BaseException) -> str | None:
     """What a sweep shows of ``err`` instead of its traceback, where one line says it all: a
-    knob refused before training, an op autocast refused; None for any other error."""
-    return str(err) if isinstance(err, KnobRefused) else autocast_refusal(str(err))
+    knob refused before training, another run in progress, an op autocast refused; None for
+    any other error."""
+    if isinstance(err, (KnobRefused, RunInProgress)):
+        return str(err)
+    return autocast_refusal(str(err))
 
 
 def merge_replicates(replicates: list[RunResult]) -> RunResult:
@@ -367,7 +380,8 @@ def run_sweep(
                 interrupted = held.interrupted
                 for result in results:
                     view.end_run(result)
-                if isinstance(error, Exception) and describe_error(error) not in shown:
+                failed = error is not None and not isinstance(error, KeyboardInterrupt)
+                if failed and describe_error(error) not in shown:
                     shown.add(describe_error(error))  # the same failure in every run: shown once
                     if (line := _one_line(error)) is not None:
                         print(line, file=sys.stderr)

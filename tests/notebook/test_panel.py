@@ -151,6 +151,31 @@ def test_table_grows_with_speedup_over_the_repeated_baseline() -> None:
     assert shown and len(shown) == len(set(shown))  # each finding once
 
 
+def test_a_first_run_that_failed_is_no_baseline_and_steps_are_read_as_run_is_pressed() -> None:
+    attempts = []
+
+    def train() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError("the cell's bug, fixed before the next click")
+        loader = known_cost_loader(n=8 * 200, batch_size=8)
+        pl.Trainer(max_epochs=1, **QUIET).fit(KnownCostModel(step_s=0.002), loader)
+
+    panel = Panel(train, controls=RunControls(steps=12, warmup=2), store=False)
+    panel.run().join()
+    assert panel.status.value.startswith("Run 1 failed") and panel.repeat_button.disabled
+    thread = panel.run()
+    assert panel.steps.disabled  # the run trains the steps it was started with
+    panel.steps.value = 30
+    thread.join()
+    panel.controls["workers"].value = "0"
+    panel.run().join()
+    failed, base, other = (row.result for row in panel.runs)
+    assert failed.error and base.steps == 12 and not panel.steps.disabled
+    assert other.comparison == compare(base, other) and panel.sweep.baseline is base
+    assert f"{other.samples_per_s / base.samples_per_s:.2f}x" in panel.table.value
+
+
 def test_a_guess_typed_before_run_is_kept_beside_speedlabs_prediction() -> None:
     panel = Panel(train_fn(), controls=RunControls(steps=12, warmup=2), store=False)
     assert panel.guess.disabled  # no baseline yet to guess against

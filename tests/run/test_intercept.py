@@ -589,3 +589,42 @@ def test_the_datas_fingerprint_is_read_after_a_fit_only_where_an_assignment_grad
         assert len(dataset.read_after) == SAMPLES and "data" in workload
     else:
         assert dataset.read_after == [] and "data" not in workload
+
+
+def test_runs_cannot_overlap_and_the_patches_come_off_whatever_the_order() -> None:
+    """A panel's run in its thread and another cell's (or panel's): the second is refused in
+    one line, and the first's patches come off as it ends."""
+    original = pl.Trainer.__dict__["__init__"]
+    entered, release, refused = threading.Event(), threading.Event(), []
+
+    def panel_run() -> None:
+        with Intercept(Knobs(batch_size=4)):
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=panel_run)
+    thread.start()
+    entered.wait(10)
+    try:
+        with Intercept(Knobs()):
+            pass
+    except intercept.RunInProgress as err:
+        refused.append(str(err))
+    release.set()
+    thread.join()
+    assert refused == [
+        "Another speedlab run is training in this kernel (a panel's or another cell's): wait "
+        "for it to end, or press its Stop, then run this again."
+    ]
+    assert pl.Trainer.__dict__["__init__"] is original
+    with Intercept(Knobs()):  # the next run may start
+        assert pl.Trainer.__dict__["__init__"] is not original
+
+
+def test_a_fit_called_with_a_wrong_argument_leaves_a_prebuilt_trainer_as_it_was() -> None:
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+    before = list(trainer.callbacks)
+    loader = DataLoader(KnownCostDataset(40), batch_size=8)
+    with Intercept(Knobs()), pytest.raises(TypeError, match="train_dataloader"):
+        trainer.fit(KnownCostModel(step_s=0.0), train_dataloader=loader)  # Lightning 1.x's name
+    assert trainer.callbacks == before

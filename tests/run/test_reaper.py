@@ -4,6 +4,7 @@ daemon process)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from torch.utils.data import DataLoader, dataloader
@@ -29,3 +30,18 @@ def test_only_the_workers_started_while_watching_are_ended_and_torch_is_left_as_
     assert elder.is_alive()
     before._shutdown_workers()
     kept._shutdown_workers()
+
+
+def test_workers_another_thread_starts_meanwhile_are_not_the_runs(monkeypatch) -> None:
+    """Another cell's loader, iterated while a panel's run trains in its own thread."""
+    monkeypatch.setattr(reaper_module, "REAP_TIMEOUT_S", 0.2)
+    other: list = []
+    with WorkerReaper() as reaper:
+        thread = threading.Thread(
+            target=lambda: other.append(iter(DataLoader(list(range(8)), num_workers=1)))
+        )
+        thread.start()
+        thread.join()
+    assert reaper.reap() == [] and other[0]._workers[0].is_alive()
+    assert next(other[0]).tolist() == [0]
+    other[0]._shutdown_workers()

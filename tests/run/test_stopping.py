@@ -161,3 +161,12 @@ def test_in_a_notebook_a_run_cut_short_by_steps_leaves_no_red_bar(tmp_path: Path
     styles = _bar_styles(execute(path, tmp_path, timeout=120).notebook)
     assert styles[2] == ["success"]
     assert styles[3] == ["danger"]
+
+
+def test_a_stop_asked_for_after_the_fit_ended_does_not_make_it_stopped() -> None:
+    with Intercept(Knobs()) as session:
+        fit([StopAt(5, lambda _: session.stop())])
+    with Intercept(Knobs()) as late:
+        fit()
+        late.stop()  # a Stop clicked as the run ends by itself
+    assert session.fits[0].stopped and not late.fits[0].stopped

@@ -342,3 +342,16 @@ def test_an_interrupt_while_the_learner_is_asked_keeps_what_was_measured() -> No
     sweep = run_sweep(train_known_cost, spec, store=False, ask=ask)
     assert [r.knobs["workers"] for r in sweep.runs] == [0] and sweep.runs[0].ok
     assert any(n.startswith("Interrupted: the sweep stopped after 1 run(s)") for n in sweep.notes)
+
+
+def test_a_cell_that_calls_exit_is_a_failed_run_and_the_sweep_goes_on(capsys) -> None:
+    """argparse in a notebook cell sees the kernel's own arguments and exits."""
+    calls = []
+
+    def train() -> None:
+        calls.append(1)
+        sys.exit(2)
+
+    sweep = profile_train(train, workers=[0, 1], steps=4, live=False)
+    assert [run.error for run in sweep.runs] == ["SystemExit: 2", "SystemExit: 2"]
+    assert len(calls) == 2 and capsys.readouterr().err.count("SystemExit: 2") == 1
