@@ -186,6 +186,10 @@ class Intercept:
             if fit.trainer.limit_val_batches != 0:  # the ticker repeats stop() for later ones
                 fit.set_attribute(fit.trainer, "limit_val_batches", 0)
 
+    def asked(self) -> bool:
+        """Whether ``stop()`` was called."""
+        return self.stop_requested
+
     def planned_stop(self, trainer: Any) -> bool:
         """Whether this run's own controls ended the epoch of ``trainer`` (one built during the
         run): ``--steps``, ``--time`` (both replace the cell's ``max_steps`` and ``max_time``)
@@ -240,7 +244,7 @@ class Intercept:
         callbacks = kwargs.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         # First, so that it acts before a progress bar the cell passes closes its bar.
-        kwargs["callbacks"] = [PlannedStop(self.planned_stop), *callbacks, probe]
+        kwargs["callbacks"] = [PlannedStop(self.planned_stop, self.asked), *callbacks, probe]
         return kwargs, probe, notes
 
     def _wrap_init(self, original: Any) -> Any:
@@ -277,7 +281,7 @@ class Intercept:
             probe = probe or SpeedProbe(warmup=session.controls.warmup)
             record = FitRecord(trainer, probe, notes=list(notes))
             if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
-                record.attach(PlannedStop(lambda _: session.stop_requested), probe)
+                record.attach(PlannedStop(lambda _: session.stop_requested, session.asked), probe)
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []

@@ -170,3 +170,33 @@ def test_a_stop_asked_for_after_the_fit_ended_does_not_make_it_stopped() -> None
         fit()
         late.stop()  # a Stop clicked as the run ends by itself
     assert session.fits[0].stopped and not late.fits[0].stopped
+
+
+class StopInValidation(pl.Callback):
+    """Asks for a stop at the second batch of the first validation pass."""
+
+    def __init__(self, stop) -> None:
+        self.stop = stop
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        if batch_idx == 1 and not trainer.sanity_checking:
+            self.stop()
+
+
+def test_a_stop_during_validation_ends_the_pass_at_its_next_batch() -> None:
+    model = Validated(step_s=0.0)
+    with Intercept(Knobs()) as session:
+        trainer = pl.Trainer(
+            max_epochs=3,
+            num_sanity_val_steps=0,
+            accelerator="cpu",
+            callbacks=[StopInValidation(session.stop)],
+            **QUIET_TRAINER,
+        )
+        trainer.fit(
+            model,
+            known_cost_loader(n=8 * 10, batch_size=8),
+            known_cost_loader(n=8 * 20, batch_size=8),
+        )
+    assert model.validated == 2 and trainer.current_epoch == 1  # of 20 batches, 3 epochs
+    assert session.fits[0].stopped
