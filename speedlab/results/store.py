@@ -152,22 +152,24 @@ class RunStore:
         lock a writer holds for a moment (readers and a writer work at once in WAL mode) and
         where the file or its folder cannot be written (a read-only home). Where the folder
         cannot hold the WAL's shared-memory file, the file is read as it is (``immutable``).
-        False where the file must be written first: a new, empty file or an earlier schema."""
+        False where the file must be written first: missing, empty, or of an earlier schema."""
+        if not self.path.exists():
+            return False
         uri = self.path.resolve().as_uri()
         for mode in ("?mode=ro", "?mode=ro&immutable=1"):
             try:
                 self._conn = sqlite3.connect(
                     uri + mode, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
                 )
+            except sqlite3.Error as exc:
+                raise _error(self.path, _problem(exc)) from exc
+            try:
                 app_id, version, tables = self._schema()
                 break
-            except sqlite3.OperationalError as exc:
-                self._conn.close()
-                if mode != "?mode=ro":
-                    raise _error(self.path, _problem(exc)) from exc
             except sqlite3.DatabaseError as exc:
                 self._conn.close()
-                raise _error(self.path, _problem(exc)) from exc
+                if mode != "?mode=ro" or not isinstance(exc, sqlite3.OperationalError):
+                    raise _error(self.path, _problem(exc)) from exc
         if (app_id == 0 and tables == 0) or version in MIGRATIONS:
             self._conn.close()
             return False
