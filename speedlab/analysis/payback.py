@@ -145,6 +145,7 @@ def up_front_of(runs: Sequence[RunResult], run: RunResult) -> list[tuple[UpFront
                 other
                 for other in runs
                 if other.ok
+                and other.fit == run.fit
                 and _off(other.ran.get(spec.knob))
                 and differs(other.knobs, run.knobs) == {spec.knob}
             ),

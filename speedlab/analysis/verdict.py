@@ -63,8 +63,11 @@ def verdicts(sweep: SweepResult) -> list[str]:
     and batch_time moved, the two parts that explain it, and what became of speedlab's
     prediction for it (``prediction_said``). Lessons print these, so that what they
     say about a result is that run's own figures."""
-    base, lines = sweep.baseline, []
+    lines = []
     for run in sweep.runs[1:]:
+        base = sweep.baseline_of(run)
+        if run is base:  # a later fit's own baseline
+            continue
         if not run.ok:
             lines.append(f"{run.label(base)}: failed: {run.error}")
             continue
@@ -78,7 +81,8 @@ def verdicts(sweep: SweepResult) -> list[str]:
 
 
 def _verdict(sweep: SweepResult) -> Finding:
-    base, best = sweep.baseline, sweep.best
+    best = sweep.best
+    base = sweep.baseline if best is None else sweep.baseline_of(best)
     if best is None:
         return Finding(
             "verdict",
@@ -92,7 +96,7 @@ def _verdict(sweep: SweepResult) -> Finding:
         if not run.ok or len(differs(base.knobs, run.knobs)) != 1:
             continue
         c = run.comparison
-        effects[c.verdict].append(f"{run.label(base)} {c.speedup:.2f}x")
+        effects[c.verdict].append(f"{run.label(sweep.baseline_of(run))} {c.speedup:.2f}x")
     said = "".join(
         f" {_EFFECTS[verdict]}: {', '.join(items)}." for verdict, items in effects.items() if items
     )
@@ -252,17 +256,17 @@ def judge_sweep(
     chosen: RunResult | None = None,
 ) -> SweepResult:
     """The sweep of these runs (the first is the baseline), judged once: each run with its
-    comparison with the baseline, its up-front knobs' break-even and its scaling efficiency;
+    comparison with the baseline (of the same fit, where the cell fits more than once), its up-front knobs' break-even and its scaling efficiency;
     the sweep with its findings (``diagnose_sweep``). ``chosen`` is one of ``runs``, the run a
     search settled on. Every view formats what this stores."""
     runs = list(runs)
-    base = runs[0]
+    bases: dict[int | None, RunResult] = {}  # each fit of a cell against the same fit
     found = scaling(runs)
     scaled = {id(item.run): f"scaling: {item}" for item in found}
     judged = [
         replace(
             run,
-            comparison=compare(base, run),
+            comparison=compare(bases.setdefault(run.fit, run), run),
             break_even=break_evens(runs, run),
             notes=run.notes + ([scaled[id(run)]] if id(run) in scaled else []),
         )

@@ -34,15 +34,17 @@ class PanelRun:
         return self.result.ok and self.result.steps > 0
 
 
-def baseline_of(runs: list[PanelRun]) -> RunResult | None:
-    """The panel's baseline: the first baseline run that measured; None before one has."""
-    return next((row.result for row in runs if row.baseline and row.measured), None)
+def baseline_of(runs: list[PanelRun], fit: int | None = None) -> RunResult | None:
+    """The panel's baseline: the first baseline run that measured (of ``fit``, in a cell that
+    fits more than once); None before one has."""
+    rows = (row for row in runs if row.baseline and row.measured and row.result.fit == fit)
+    return next((row.result for row in rows), None)
 
 
 def judged(runs: list[PanelRun], result: RunResult) -> RunResult:
-    """``result`` with its comparison with the panel's baseline (``result`` itself where there
-    is none yet), judged once as it ends, as a sweep judges its runs."""
-    base = baseline_of(runs) or result
+    """``result`` with its comparison with the panel's baseline of its fit (``result`` itself
+    where there is none yet), judged once as it ends, as a sweep judges its runs."""
+    base = baseline_of(runs, result.fit) or result
     return replace(result, comparison=compare(base, result))
 
 
@@ -51,7 +53,7 @@ def panel_sweep(runs: list[PanelRun], name: str | None) -> SweepResult | None:
     order they ran; None before a run."""
     if not runs:
         return None
-    base = baseline_of(runs)
+    base = baseline_of(runs, runs[0].result.fit)
     ordered = [base] if base is not None else []
     return SweepResult(ordered + [row.result for row in runs if row.result is not base], name=name)
 
@@ -61,16 +63,17 @@ def results_table(runs: list[PanelRun]) -> Table | None:
     it, and its noise; None before a run."""
     if not runs:
         return None
-    first = baseline_of(runs) or runs[0].result
-    rows, baselines = [], 0
+    rows: list[list[str]] = []
+    repeats: dict[int | None, int] = {}  # baseline runs of each fit so far
     for i, row in enumerate(runs, 1):
         r = row.result
+        first = baseline_of(runs, r.fit) or runs[0].result
         spread = r.throughput_summary
         noise = spread.iqr / 2 / spread.median if spread.median > 0 else math.nan
         status = f"error: {r.error}" if r.error else "stopped" if row.stopped else "ok"
-        is_base = row.baseline and r.knobs == first.knobs
-        baselines += is_base
-        label = ("baseline" + (" (repeat)" if baselines > 1 else "")) if is_base else r.label(first)
+        if row.baseline and r.knobs == first.knobs:
+            repeats[r.fit] = repeats.get(r.fit, 0) + 1
+        label = r.label(first) + (" (repeat)" if repeats.get(r.fit, 0) > 1 and row.baseline else "")
         rows.append(
             [
                 str(i),

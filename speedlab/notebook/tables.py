@@ -52,15 +52,16 @@ def sweep_table(sweep: SweepResult) -> Table:
     """One row per run: throughput, its speedup over the baseline and whether that is beyond
     noise (the run's stored comparison), the steady-state figures, the system figures and the
     notes; each column described in ``SWEEP_COLUMNS`` (``sweep.table().legend()``)."""
-    base = sweep.baseline
-    judged = [run for run in sweep.runs if run is not base and run.speedup is not None]
+    bases = [sweep.baseline_of(run) for run in sweep.runs]  # each fit's own, where several
+    judged = [
+        run for run, base in zip(sweep.runs, bases) if run is not base and run.speedup is not None
+    ]
     # A wide spread is worth a note only where it decides a verdict: a run judged within
     # noise (or with too few measurements), and the baseline it was judged against.
     undecided = {id(run) for run in judged if not run.comparison.decided}
-    if undecided:
-        undecided.add(id(base))
+    undecided |= {id(sweep.baseline_of(run)) for run in judged if id(run) in undecided}
     rows = []
-    for run in sweep.runs:
+    for run, base in zip(sweep.runs, bases):
         rate = fmt(run.samples_per_s, ".1f")
         if run.replicates:
             rate += f" ±{fmt(run.throughput_summary.iqr / 2, '.1f')}"

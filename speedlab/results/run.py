@@ -315,11 +315,13 @@ class RunResult:
 
     def label(self, baseline: RunResult | None = None) -> str:
         """The knobs that differ from the baseline, as ``workers=2 preload=ram``; a knob that
-        ran otherwise than asked says so: ``workers=2 (ran 0)``."""
-        base = baseline.settings() if baseline is not None else {}
-        changed = {k: v for k, v in self.settings().items() if base.get(k) != v}
+        ran otherwise than asked says so: ``workers=2 (ran 0)``. In a cell that fits more than
+        once, the fit's number follows: ``baseline fit=2``."""
+        base = baseline.knobs.as_dict() if baseline is not None else {}
+        changed = {k: v for k, v in self.knobs.as_dict().items() if base.get(k) != v}
+        fit = f" fit={self.fit}" if self.fit is not None else ""
         if baseline is self or (baseline is not None and not changed):
-            return "baseline"
+            return "baseline" + fit
         otherwise = self.ran_otherwise
         return (
             " ".join(
@@ -327,7 +329,7 @@ class RunResult:
                 for k, v in changed.items()
             )
             or "run"
-        )
+        ) + fit
 
     def summary_line(self) -> str:
         if self.error and not self.steps:

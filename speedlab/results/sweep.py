@@ -45,6 +45,12 @@ class SweepResult:
     def baseline(self) -> RunResult:
         return self.runs[0]
 
+    def baseline_of(self, run: RunResult) -> RunResult:
+        """What ``run`` is judged against: the first run of the same fit (a cell that fits
+        twice, a fit then a fine-tune, has a baseline for each), the sweep's baseline in a cell
+        that fits once."""
+        return next((r for r in self.runs if r.fit == run.fit), self.baseline)
+
     @property
     def best(self) -> RunResult | None:
         """The fastest run that finished without error, or the run a search chose: autotune
@@ -53,6 +59,8 @@ class SweepResult:
         if self.chosen is not None:
             return self.chosen
         done = [r for r in self.runs if r.ok and math.isfinite(r.samples_per_s)]
+        if done and all(r.speedup is not None for r in done):  # judged: each over its own fit's
+            return max(done, key=lambda r: r.speedup)
         return max(done, key=lambda r: r.samples_per_s, default=None)
 
     def table(self) -> Table:

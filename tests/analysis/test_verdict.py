@@ -103,3 +103,35 @@ def test_a_best_run_whose_compile_never_pays_back_is_told_to_run_without_it() ->
     assert "only never" not in verdict.advice and "unknown length" not in verdict.advice
     assert verdict.advice.endswith("Run it with --compile off, which saves the up-front time.")
     assert "never pays back; run it with --compile off" in verdict.summary
+
+
+def test_a_cell_that_fits_twice_has_each_fit_judged_against_the_same_fit_of_the_baseline() -> None:
+    """A fit, then a fine-tune on other data: the second fit is compared with the baseline's
+    second fit, never with the first fit (the audit of 2026-12-01 read 1.02x across them)."""
+    from speedlab.notebook.tables import sweep_table
+
+    def fit(number: int, knobs: dict, step_s: float) -> RunResult:
+        return replace(run_of([0.0] * 61, [step_s] * 61, knobs=knobs), fit=number)
+
+    runs = [
+        fit(1, {"workers": 0}, 0.010),
+        fit(2, {"workers": 0}, 0.040),  # the fine-tune's steps take 4 times as long
+        fit(1, {"workers": 2}, 0.005),
+        fit(2, {"workers": 2}, 0.020),
+    ]
+    sweep = judge_sweep(runs)
+    speedups = [round(run.speedup, 2) for run in sweep.runs]
+    assert speedups == [1.0, 1.0, 2.0, 2.0]  # not 0.25x and 0.5x against the first fit
+    table = sweep_table(sweep)
+    assert [row[0] for row in table.rows] == [
+        "baseline fit=1",
+        "baseline fit=2",
+        "workers=2 fit=1",
+        "workers=2 fit=2",
+    ]
+    assert [row[3] for row in table.rows][:2] == ["-", "-"]  # each fit's baseline: no verdict
+    assert sweep.best.label(sweep.baseline_of(sweep.best)).startswith("workers=2")
+    assert [line.split(":")[0] for line in verdicts(sweep)] == [
+        "workers=2 fit=1",
+        "workers=2 fit=2",
+    ]

@@ -214,23 +214,25 @@ class Pausing(KnownCostModel):
 
 
 def test_a_single_pause_is_named_and_decides_no_verdict() -> None:
-    """Two fits of the same cost, one with a 1.2 s pause among its steady steps of 0.1 s: the
-    pause is left out of the figures and named with its step, and the two are alike.
+    """Two runs of the same cost, the second with a 1.2 s pause among its steady steps of
+    0.1 s: the pause is left out of the figures and named with its step, and the two are alike.
+    (Two fits of one cell would each be judged against themselves: each fit has its own
+    baseline.)
 
-    The steps busy-wait 0.1 s so that the two fits can be alike at all: two single fits of a
-    cell differ by Lightning's own work in each step, whose pace drifts between fits on a
-    shared machine (30 bare fits of 5 ms steps here, no speedlab: 0.86x to 1.04x of their
-    median; in one clean-clone CI run two such fits under speedlab were 0.90x apart and called
-    slower). Against 0.1 s steps that drift is under 1% (0.995x to 1.008x in 8 cells), well
-    under the 5% change a verdict needs; a pause must be 10 typical steps long to be one.
+    The steps busy-wait 0.1 s so that the two runs can be alike at all: two single fits
+    differ by Lightning's own work in each step, whose pace drifts between fits on a shared
+    machine (30 bare fits of 5 ms steps here, no speedlab: 0.86x to 1.04x of their median; in
+    one clean-clone CI run two such fits under speedlab were 0.90x apart and called slower).
+    Against 0.1 s steps that drift is under 1% (0.995x to 1.008x in 8 cells), well under the
+    5% change a verdict needs; a pause must be 10 typical steps long to be one.
     """
+    models = [KnownCostModel(step_s=0.1), Pausing(step_s=0.1)]
 
     def train() -> None:
-        for model in (KnownCostModel(step_s=0.1), Pausing(step_s=0.1)):
-            trainer = pl.Trainer(max_steps=60, accelerator="cpu", **QUIET_TRAINER)
-            trainer.fit(model, DataLoader(KnownCostDataset(2000), batch_size=8))
+        trainer = pl.Trainer(max_steps=60, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(models.pop(0), DataLoader(KnownCostDataset(2000), batch_size=8))
 
-    sweep = profile_train(train, live=False, store=False)
+    sweep = profile_train(train, workers=[0, 0], live=False, store=False)
     base, paused = sweep.runs
     require_quiet(base, paused)
     assert [p.step for p in paused.steady.pauses] == [30]
