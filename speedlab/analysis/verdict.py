@@ -256,8 +256,9 @@ def judge_sweep(
     chosen: RunResult | None = None,
 ) -> SweepResult:
     """The sweep of these runs (the first is the baseline), judged once: each run with its
-    comparison with the baseline (of the same fit, where the cell fits more than once), its up-front knobs' break-even and its scaling efficiency;
-    the sweep with its findings (``diagnose_sweep``). ``chosen`` is one of ``runs``, the run a
+    comparison with the baseline (of the same fit, where the cell fits more than once), its
+    up-front knobs' break-even and its scaling efficiency; the sweep with its findings
+    (``diagnose_sweep``). ``chosen`` is one of ``runs``, the run a
     search settled on. Every view formats what this stores."""
     runs = list(runs)
     bases: dict[int | None, RunResult] = {}  # each fit of a cell against the same fit

@@ -53,9 +53,10 @@ class SweepResult:
 
     @property
     def best(self) -> RunResult | None:
-        """The fastest run that finished without error, or the run a search chose: autotune
-        keeps only changes that help beyond noise, so a run that merely measured faster once
-        is not its best."""
+        """The fastest run that finished without error (once judged, the highest speedup over
+        its own fit's baseline: the fastest, in a cell that fits once), or the run a search
+        chose: autotune keeps only changes that help beyond noise, so a run that merely
+        measured faster once is not its best."""
         if self.chosen is not None:
             return self.chosen
         done = [r for r in self.runs if r.ok and math.isfinite(r.samples_per_s)]
