@@ -217,7 +217,12 @@ edge-venv-%:
 test-edge-%:
 	$(call on-python,$*,$(MAKE) --no-print-directory .edge-$*/.installed && .edge-$*/bin/pytest $(EDGE_TESTS))
 
-test-edges: $(addprefix test-edge-,$(EDGE_PYTHONS))
+# One Python after another, not side by side: each starts Jupyter kernels (test_capture, the
+# notebooks test_plots executes), and two kernels started at once in two processes can be given
+# the same TCP port (jupyter_client picks free ports, then the kernel binds them later): CI on
+# 2026-12-01 saw "ZMQError: Address already in use" and a kernel that died at startup.
+test-edges:
+	@set -e; for v in $(EDGE_PYTHONS); do $(MAKE) --no-print-directory test-edge-$$v; done
 
 clean:
 	rm -rf $(VENV) .venv-3.* .edge-3.* $(XLA_VENV) $(GPU_BOX) .pytest_cache .ruff_cache .speedlab
