@@ -8,6 +8,7 @@ augmenting (the CPU is busy), ``step_s`` for the model's work.
 from __future__ import annotations
 
 import time
+from array import array
 from typing import Any
 
 import lightning.pytorch as pl
@@ -53,6 +54,10 @@ class KnownCostDataset(Dataset):
             much, to make a straggler; None for none. Loading in the main process is never
             slowed.
         slow_factor: the straggler's cost multiplier.
+
+    It keeps its own clock of each load in the process that loads it (``batch_seconds``), a
+    truth to check speedlab's data_time against: what the loads took, not what they were set
+    to take (a busy machine wakes a sleeper late).
     """
 
     def __init__(
@@ -78,12 +83,14 @@ class KnownCostDataset(Dataset):
         self.features = features
         self.slow_worker = slow_worker
         self.slow_factor = slow_factor
+        self._clock = array("d")  # each load's start and end, in the order loaded here
 
     def __len__(self) -> int:
         return self.n
 
     @override
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        start = time.perf_counter()
         worker = get_worker_info()
         factor = self.slow_factor if worker is not None and worker.id == self.slow_worker else 1
         if self.sleep_s:
@@ -91,7 +98,19 @@ class KnownCostDataset(Dataset):
         if self.busy_s:
             busy_wait(self.busy_s * factor)
         x = torch.randn(self.features, generator=torch.Generator().manual_seed(i))
+        self._clock.extend((start, time.perf_counter()))
         return x, int(x.sum() > 0)
+
+    def batch_seconds(self, batch_size: int) -> list[float]:
+        """Seconds each whole batch of ``batch_size`` loads took by this dataset's clock, from
+        its first load's start to its last load's end, in the order this process loaded them:
+        with ``num_workers=0``, batch ``k`` is training step ``k``'s (each worker keeps a clock
+        of its own, in its own process)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_seconds(batch_size={batch_size!r}): expected an integer >= 1.")
+        starts, ends = self._clock[0::2], self._clock[1::2]
+        last = len(starts) - batch_size
+        return [ends[k + batch_size - 1] - starts[k] for k in range(0, last + 1, batch_size)]
 
 
 class KnownCostModel(pl.LightningModule):

@@ -6,6 +6,7 @@ samples per second, while two runs of one configuration differ only by the machi
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from speedlab.analysis.verdict import diagnose_sweep, judge_sweep
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.results.comparison import TOO_FEW
+from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
 from speedlab.results.system import SystemSummary
 from tests.doctor_runs import require_quiet, the
@@ -199,10 +201,20 @@ def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
     assert rows[0][3] == "-" and rows[1][3].startswith("within noise (")  # and why
     # The host waits less, though not for nothing: the simulated queue never holds the host
     # back, so it takes batches as fast as two workers make them (4 ms each), about half its
-    # wait without workers, plus each batch's handover. Averaged over whole rounds (the
-    # bursts counted), the handover on 2 cores shared by two workers, the main thread and the
-    # device's thread left 0.78 of the wait in a clean-clone CI run: nine tenths leaves it.
-    assert with_workers.host_data_time < 0.9 * without.host_data_time
+    # wait without workers, plus each batch's handover on 2 cores shared by two workers, the
+    # main thread and the device's thread (0.36 to 0.45 of the wait here, beside two processes
+    # spinning 100 ms a second too; an average of 0.78 in a CI run): nine tenths leaves it.
+    # The typical wait, not the average: the host runs ahead of the device, so a stall of the
+    # host shows on no step of the device's timeline and is never left out as a pause, and one
+    # stall of 90 ms among 34 waits takes their average from 2 ms to 4.7 ms (a CI run once read
+    # an average of 4.73 ms against 5.23 ms; its waits were not kept, the message keeps them).
+    waits = [typical_host_wait(run) for run in sweep.runs]
+    assert waits[1] < 0.9 * waits[0], [run.records["host_data_time"] for run in sweep.runs]
+
+
+def typical_host_wait(run: RunResult) -> float:
+    """The median of the host's waits for a batch over the run's steady steps."""
+    return statistics.median(run.records["host_data_time"][i] for i in run.steady.steps)
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,25 @@ def test_samples_are_fixed_vectors_with_a_sum_label() -> None:
     assert {data[i][1] for i in range(50)} == {0, 1}
 
 
+def test_the_dataset_clocks_each_batch_it_loads_as_a_loop_over_it_does() -> None:
+    loader = known_cost_loader(n=44, batch_size=8, sleep_s=0.002)
+    outside = []
+    batches = iter(loader)
+    for _ in range(5):
+        start = time.perf_counter()
+        next(batches)
+        outside.append(time.perf_counter() - start)
+    clock = loader.dataset.batch_seconds(8)
+    assert len(clock) == 5  # whole batches only: 40 loads of the 44
+    # The clock spans a batch's loads; the loop's wait adds the sampler and the collate.
+    assert all(0.016 <= c <= o < c + SLACK_S for c, o in zip(clock, outside, strict=True))
+    assert loader.dataset.batch_seconds(40) == [pytest.approx(sum(clock), abs=SLACK_S)]
+    with pytest.raises(
+        ValueError, match=r"batch_seconds\(batch_size=0\): expected an integer >= 1"
+    ):
+        loader.dataset.batch_seconds(0)
+
+
 def test_negative_costs_are_refused() -> None:
     with pytest.raises(ValueError, match=r"KnownCostDataset\(busy_s=-0.1\) is not valid"):
         KnownCostDataset(busy_s=-0.1)
