@@ -244,7 +244,7 @@ class Intercept:
         callbacks = kwargs.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         # First, so that it acts before a progress bar the cell passes closes its bar.
-        kwargs["callbacks"] = [PlannedStop(self.planned_stop, self.asked), *callbacks, probe]
+        kwargs["callbacks"] = [PlannedStop(self.asked, self.planned_stop), *callbacks, probe]
         return kwargs, probe, notes
 
     def _wrap_init(self, original: Any) -> Any:
@@ -281,7 +281,7 @@ class Intercept:
             probe = probe or SpeedProbe(warmup=session.controls.warmup)
             record = FitRecord(trainer, probe, notes=list(notes))
             if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
-                record.attach(PlannedStop(lambda _: session.stop_requested, session.asked), probe)
+                record.attach(PlannedStop(session.asked), probe)
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []

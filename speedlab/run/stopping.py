@@ -51,8 +51,10 @@ class PlannedStop(*callback_bases()):  # type: ignore[misc]
     way to run to its end, 5 s for 20 batches in the audit of 2026-12-01.
 
     Args:
-        planned: tells, at the end of an epoch, whether speedlab's own stop ended it.
         asked: tells whether a stop was asked for.
+        planned: tells, at the end of an epoch, whether speedlab's own stop ended it; by
+            default, whether a stop was asked for (a Trainer built before the run keeps its own
+            ``max_steps`` and ``max_time``).
     """
 
     # Only the end of an epoch matters: the per-step hooks are not dispatched (Lightning skips a
@@ -62,9 +64,12 @@ class PlannedStop(*callback_bases()):  # type: ignore[misc]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
     on_validation_batch_end = None  # type: ignore[assignment]
 
-    def __init__(self, planned: Callable[[Any], bool], asked: Callable[[], bool]) -> None:
+    def __init__(
+        self, asked: Callable[[], bool], planned: Callable[[Any], bool] | None = None
+    ) -> None:
         super().__init__()
-        self.planned, self.asked = planned, asked
+        self.asked = asked
+        self.planned = planned or (lambda _trainer: asked())
 
     @override
     def on_validation_batch_start(self, *args: Any, **kwargs: Any) -> None:
