@@ -28,7 +28,7 @@ class SweepStore:
         self.notes: list[str] = []
         self._store: RunStore | None = None
         self._sweep_id = 0
-        self._positions: dict[int, int] = {}  # id of each stored RunResult: its position
+        self._added: list[RunResult] = []  # in order: a run's position is its index
         if store is False:
             return
         from speedlab.measure.machine import system_info
@@ -43,8 +43,8 @@ class SweepStore:
 
     def add(self, result: RunResult) -> None:
         """Store a run as it ends."""
-        position = len(self._positions)
-        self._positions[id(result)] = position
+        position = len(self._added)
+        self._added.append(result)
         if self._store is None:
             return
         try:
@@ -56,11 +56,12 @@ class SweepStore:
         """Keep the judged sweep whole, and each stored run's speedup (``groups``: the runs
         merged into each of the sweep's runs, in order); the sweep as it is to be shown."""
         if self._store is not None:
+            positions = {id(result): k for k, result in enumerate(self._added)}  # all alive
             speedups = {
-                self._positions[id(result)]: shown.speedup
+                positions[id(result)]: shown.speedup
                 for shown, group in zip(sweep.runs, groups)
                 for result in group
-                if id(result) in self._positions
+                if id(result) in positions
             }
             try:
                 self._store.finish_sweep(self._sweep_id, sweep.to_dict(), speedups)
