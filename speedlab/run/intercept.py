@@ -121,6 +121,7 @@ class Intercept:
         self._loaders: list[Any] = []
         self._state: GlobalState | None = None
         self._holds_lock = False
+        self._thread: int | None = None  # the run's: a fit in another is not the run's
 
     # -- context ----------------------------------------------------------------------------
 
@@ -133,6 +134,7 @@ class Intercept:
                 "wait for it to end, or press its Stop, then run this again."
             )
         self._holds_lock = True
+        self._thread = threading.get_ident()
         self._state = GlobalState()
         try:
             if self.knobs.matmul is not None:
@@ -185,6 +187,12 @@ class Intercept:
             fit.trainer.should_stop = True  # each fit sets it back to False as it starts
             if fit.trainer.limit_val_batches != 0:  # the ticker repeats stop() for later ones
                 fit.set_attribute(fit.trainer, "limit_val_batches", 0)
+
+    def ours(self) -> bool:
+        """Whether the calling thread is the run's. A panel trains in a background thread
+        while the kernel runs other cells: a Trainer those build and fit trains as it would
+        alone (the matmul precision excepted: torch has one for the whole process)."""
+        return threading.get_ident() == self._thread
 
     def asked(self) -> bool:
         """Whether ``stop()`` was called."""
@@ -252,6 +260,8 @@ class Intercept:
 
         @functools.wraps(original)
         def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
+            if not session.ours():
+                return original(trainer, *args, **kwargs)
             kwargs, probe, notes = session.trainer_kwargs(kwargs)
             original(trainer, *args, **kwargs)
             requested = kwargs.get("precision")
@@ -274,6 +284,8 @@ class Intercept:
 
         @functools.wraps(original)
         def fit(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+            if not session.ours():
+                return original(trainer, *args, **kwargs)
             bound = signature.bind(trainer, *args, **kwargs)  # a wrong argument: as Lightning
             sigint = signal.getsignal(signal.SIGINT)  # Lightning's own handling replaces it
             probe, notes = session._pending.get(id(trainer), (None, []))

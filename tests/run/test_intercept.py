@@ -628,3 +628,29 @@ def test_a_fit_called_with_a_wrong_argument_leaves_a_prebuilt_trainer_as_it_was(
     with Intercept(Knobs()), pytest.raises(TypeError, match="train_dataloader"):
         trainer.fit(KnownCostModel(step_s=0.0), train_dataloader=loader)  # Lightning 1.x's name
     assert trainer.callbacks == before
+
+
+def test_a_fit_in_another_thread_during_a_run_trains_as_it_would_alone() -> None:
+    """A panel trains in a background thread while the kernel runs other cells: a Trainer built
+    and fitted by one of those is not the run's, and gets neither its knobs nor its probe."""
+    started, finish, fits = threading.Event(), threading.Event(), []
+
+    def panel_run() -> None:
+        with Intercept(Knobs(workers=2, batch_size=16)) as session:
+            started.set()
+            finish.wait(60)
+            fits.extend(session.fits)
+
+    panel = threading.Thread(target=panel_run)
+    panel.start()
+    try:
+        assert started.wait(10)
+        trainer = pl.Trainer(max_steps=3, accelerator="cpu", **QUIET_TRAINER)
+        loader = DataLoader(KnownCostDataset(64), batch_size=8)
+        trainer.fit(KnownCostModel(step_s=0.0), loader)
+    finally:
+        finish.set()
+        panel.join()
+    assert fits == []
+    assert not any(type(c).__name__ in ("SpeedProbe", "PlannedStop") for c in trainer.callbacks)
+    assert trainer.global_step == 3 and len(loader.dataset.batch_seconds(8)) == 3  # 8 a batch
