@@ -317,6 +317,16 @@ _DECODER = (
 )
 
 
+def _ram_keeps(run: RunResult) -> str:
+    """What ``--preload ram`` would leave to each step of the run's dataset (``ram_cache``)."""
+    if run.workload.get("ram_cache") == "loads":
+        return "its load/transform split keeps augmentation running each step"
+    return (
+        "a dataset without a load/transform split is cached whole: a random augmentation is "
+        "drawn once, then frozen"
+    )
+
+
 def _training_cores(run: RunResult) -> int:
     """Cores the training process keeps busy: torch's threads where the model trains on them (a
     synchronous device: the CPU); about one on an asynchronous device, whose threads mostly sit
@@ -349,9 +359,9 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
             "Building batches keeps the loader's CPU busy: reading and decoding the samples, "
             "augmenting them, collating them. "
             + tight
-            + "--preload ram decodes every sample once, before training (augmentation still runs "
-            "each step); DataLoader workers (--workers N) decode in parallel and pay off when "
-            "cores are free. " + _DECODER
+            + f"--preload ram decodes every sample once, before training ({_ram_keeps(run)}); "
+            "DataLoader workers (--workers N) decode in parallel and pay off when cores are free. "
+            + _DECODER
         )
         if spare > 0:
             return Finding(
@@ -361,8 +371,8 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     if preload == "shm":
         advice = (
             "preload=shm took the reads off storage, but every step still decodes the files. "
-            "--preload ram decodes each sample once, before training (augmentation still runs "
-            "each step), if the decoded samples fit in memory. " + _DECODER
+            f"--preload ram decodes each sample once, before training ({_ram_keeps(run)}), if "
+            "the decoded samples fit in memory. " + _DECODER
         )
         return Finding("cpu_bound", evidence, advice, "preload", severity, "ram", summary)
     advice = (
@@ -372,7 +382,11 @@ def _cpu_bound(run: RunResult, evidence: str, severity: str) -> Finding:
     if spare > 0:
         advice += f"Workers can run it beside the model: --workers {workers + spare}."
         return Finding("cpu_bound", evidence, advice, "workers", severity, workers + spare, summary)
-    advice += "No knob frees CPU here: a lighter transform, or augmenting on the GPU, would."
+    advice += "No knob frees CPU here: a lighter transform would" + (
+        ", or fewer torch threads (torch.set_num_threads) for more workers."
+        if on_threads
+        else f", or augmenting on the {device_name(run)}."
+    )
     summary += "; a lighter transform would help, no knob here does"
     return Finding("cpu_bound", evidence, advice, None, severity, summary=summary)
 

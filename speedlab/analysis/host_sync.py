@@ -69,8 +69,8 @@ def _measured_syncs(run: RunResult) -> list[Finding]:
         "then idles while the CPU catches up. "
         + (
             "In your code: keep values on the device (self.log(loss) rather than loss.item(); "
-            "with prog_bar=True Lightning still converts it at each refresh of the bar, every "
-            "step by default), "
+            "with prog_bar=True Lightning converts it to a number after every step, whatever the "
+            "bar's refresh rate, so keep per-step values at prog_bar=False), "
             "make tensors with device=self.device, and print no tensors in the step; "
             "speedlab.lint(model) names the pattern on each line. "
             if yours

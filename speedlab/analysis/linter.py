@@ -176,8 +176,8 @@ RULES: dict[str, Rule] = {
             "`.item()` copies a value to the host, so the CPU waits for the GPU to finish"
             " all queued work, every step.",
             "log the tensor itself (`self.log('x', t)`) and let Lightning reduce it (with"
-            " `prog_bar=True` it is still converted at each refresh of the bar, every step by"
-            " default), or call `.item()` only every N steps.",
+            " `prog_bar=True` it is converted to a number after every step, whatever the bar's"
+            " refresh rate), or call `.item()` only every N steps.",
         ),
         Rule(
             "cpu",

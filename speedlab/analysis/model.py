@@ -123,10 +123,14 @@ def model_bound(run: RunResult) -> list[Finding]:
         else "through oneDNN's bf16 path, which without bf16 units (AVX512-BF16, AMX) changes "
         "the results but is rarely faster"
     )
+    high = (
+        "--matmul high runs them in TF32 (this CPU has AMX-FP16)"
+        if math.get("matmul_high")
+        else "--matmul high changes nothing (no TF32 on this CPU)"
+    )
     matmul = {
-        True: f"--matmul medium runs its larger float32 matmuls in bf16 {medium}, --matmul high "
-        "changes nothing (no TF32 on this CPU); ",
-        False: "--matmul changes nothing (no TF32 or bf16 matmul units); ",
+        True: f"--matmul medium runs all but its tiny float32 matmuls in bf16 {medium}, {high}; ",
+        False: "--matmul changes nothing (oneDNN has no TF32 or bf16 path on this CPU); ",
     }.get(math.get("matmul_medium"), "")
     advice = (
         "On this CPU: "
@@ -138,7 +142,8 @@ def model_bound(run: RunResult) -> list[Finding]:
             if bf16 is False
             else ""
         )
-        + "--compile on can trim some time per step but costs tens of seconds of compiling first "
+        + "--compile on can trim some time per step but costs compiling first (seconds for a "
+        "small model, minutes for a large one) "
         "(compile_payback in a sweep with --compile off,on says when it pays). Beyond that: a "
         "smaller model or a GPU."
     )

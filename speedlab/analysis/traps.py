@@ -60,8 +60,9 @@ def notebook_traps(run: RunResult) -> list[Finding]:
                 f"The run failed: {error}",
                 "DataLoader workers died. In Docker and on Binder the usual cause is a small "
                 "/dev/shm (64 MB by default), through which workers hand batches over: use "
-                "--workers 0, smaller batches, a larger /dev/shm (docker run --shm-size=1g) or "
-                "torch.multiprocessing.set_sharing_strategy('file_system'). Other causes: a "
+                "--workers 0, smaller batches, or a larger /dev/shm (docker run --shm-size=1g) "
+                "(torch's 'file_system' sharing strategy uses /dev/shm too: it is for 'too many "
+                "open files'). Other causes: a "
                 'dataset class defined in the notebook under spawn ("Can\'t get attribute" in '
                 "the log), or the memory limit (each worker is a whole process).",
                 "workers",

@@ -128,7 +128,7 @@ KNOBS: dict[str, KnobSpec] = {
             "Mixed precision (16-mixed, bf16-mixed) runs matrix multiplies and convolutions in "
             "16-bit floats while the weights stay in 32-bit. On GPUs with tensor cores (NVIDIA "
             "Volta and newer; bf16 needs Ampere or newer) they run several times faster and "
-            "activations take half the memory; 16-mixed uses a gradient scaler, bf16 needs none. "
+            "their outputs take half the memory; 16-mixed uses a gradient scaler, bf16 needs none. "
             "The step gains only as much as those multiplies were of it: a large model on big "
             "batches most, a small one limited by kernel launches little, a data-bound pipeline "
             "nothing. On a CPU, Lightning runs 16-mixed as bf16-mixed (with a warning), which pays "
@@ -156,11 +156,13 @@ KNOBS: dict[str, KnobSpec] = {
             "library kernels, fill the step; usually less on a CPU than on a GPU. It pays off only "
             "when the run is long enough to win back the compile time: break-even steps = "
             "compile cost / time saved per step. It does nothing for a data-bound pipeline, "
-            "and changing shapes (a smaller last batch) trigger recompiles. reduce-overhead "
+            "and a new shape (a smaller last batch) recompiles once, after which torch treats "
+            "that size as dynamic (drop_last=True avoids it). reduce-overhead "
             "adds CUDA graphs (CUDA GPUs only) against launch overhead of small batches; "
             "max-autotune searches longer for faster kernels and uses CUDA graphs too on a CUDA "
-            "GPU. It does not apply on a TPU, where XLA compiles each step's graph itself: "
-            "speedlab refuses it there.",
+            "GPU. On a TPU XLA compiles each step's graph itself, and torch.compile's default "
+            "backend does not target XLA: speedlab refuses it there (torch_xla's own "
+            "backend='openxla' is not among the knob's values).",
             ("off", "on", "default", "reduce-overhead", "max-autotune"),
             predicts=(
                 "none: what fusing saves depends on the model's kernels, which the split of a step "
@@ -214,8 +216,9 @@ KNOBS: dict[str, KnobSpec] = {
             "by launching workers again (starting each process and, with spawn, copying the "
             "dataset into it), part of the epoch-start gap. Each epoch's first batches are still "
             "made after it starts: prefetching begins again when the loader's iterator is reset. "
-            "Helps with many workers and short epochs; does nothing with workers=0 and keeps the "
-            "workers' memory for the whole run.",
+            "Helps with many workers and short epochs; needs workers > 0 (torch refuses it "
+            "otherwise, so speedlab turns it off there) and keeps the workers' memory for the "
+            "whole run.",
             ("on", "off"),
             predicts=(
                 "1.0x, as each epoch's first batch is left out of the steady steps; where those "
@@ -229,9 +232,9 @@ KNOBS: dict[str, KnobSpec] = {
             "one of highest, high, medium",
             "torch.set_float32_matmul_precision, for float32 matrix multiplies (Linear layers, "
             "@), not convolutions. highest: full float32. high: TF32 on NVIDIA GPUs from Ampere "
-            "(A100, RTX 30xx) on; torch asks the CPU's oneDNN for TF32 too, which today's x86 "
-            "CPUs lack, so CPU matmuls stay float32. medium: TF32 on those GPUs as well, and bf16 "
-            "for the larger CPU matmuls wherever oneDNN's bf16 path runs (AVX-512 BW/VL/DQ or "
+            "(A100, RTX 30xx) on; on a CPU, TF32 only where it has AMX-FP16 (Intel Xeon 6), "
+            "elsewhere CPU matmuls stay float32. medium: TF32 on those GPUs as well, and bf16 "
+            "for all but tiny CPU matmuls wherever oneDNN's bf16 path runs (AVX-512 BW/VL/DQ or "
             "AVX-NE-CONVERT on x86): natively fast only with bf16 instructions (AVX512-BF16, "
             "AMX); elsewhere results change but it is rarely faster. Of "
             "float32's about 7 significant decimal digits, TF32 keeps about 3 and bf16 2 to 3: "

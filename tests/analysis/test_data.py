@@ -209,6 +209,41 @@ def test_after_preload_shm_decoding_still_runs_and_preload_ram_is_what_removes_i
     assert (found.knob, found.value) == ("preload", "ram")
 
 
+@pytest.mark.parametrize(
+    ("cache", "said"),
+    [
+        ("loads", "its load/transform split keeps augmentation running each step"),
+        (
+            "items",
+            "a dataset without a load/transform split is cached whole: a random augmentation "
+            "is drawn once, then frozen",
+        ),
+    ],
+)
+def test_the_preload_ram_advice_says_whether_augmentation_would_still_run(cache, said) -> None:
+    """--preload ram caches decoded loads where the dataset splits load from transform, and
+    whole items (augmentation frozen) elsewhere: the advice says which for the run's dataset."""
+    run = run_of([0.02] * 30, [0.01] * 30, knobs={"workers": 0})
+    run = replace(
+        run,
+        workload={"dataset": "ImageFolder", "loader_workers": 0, "ram_cache": cache},
+        system={"cores": 2, "main_cpu_percent": 95.0, "train_thread_cpu_percent": 95.0},
+    )
+    found = the(diagnose(run), "cpu_bound")
+    assert f"--preload ram decodes every sample once, before training ({said})" in found.advice
+
+
+@pytest.mark.parametrize(("device", "said"), [("cpu", "fewer torch threads"), ("cuda", "GPU")])
+def test_with_no_core_to_spare_after_preloading_the_advice_fits_the_device(device, said) -> None:
+    run = replace(decoding(device), knobs={"workers": 0, "preload": "ram"})
+    run = replace(run, system={**run.system.to_dict(), "cores": 1, "usable_cores": 1})
+    found = the(diagnose(run), "cpu_bound")
+    assert (
+        found.knob is None and "No knob frees CPU here: a lighter transform would" in found.advice
+    )
+    assert said in found.advice.rsplit("No knob", 1)[1]
+
+
 def test_a_pageable_copy_is_its_own_part_not_io_and_pinning_is_suggested() -> None:
     """Batches in memory, each copied from pageable memory behind the device's 20 ms of work: the
     host's wait holds the device's work, the device's own wait is the 5 ms copy."""

@@ -88,6 +88,7 @@ def test_the_measured_sync_advice_says_the_progress_bar_converts_logged_values()
         host_syncs={"steps": 3, "lines": [{"file": "/me/t.py", "line": 4, "count": 3}]},
     )
     found = the(diagnose(run), "host_sync")
-    assert "self.log(loss) rather than loss.item(); with prog_bar=True Lightning still" in (
-        found.advice
+    assert (
+        "self.log(loss) rather than loss.item(); with prog_bar=True Lightning converts it to a "
+        "number after every step, whatever the bar's refresh rate" in found.advice
     )

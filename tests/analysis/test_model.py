@@ -28,7 +28,7 @@ def test_a_model_that_is_all_compute_is_model_bound_and_says_what_this_cpu_canno
     found = the(diagnose(sweep.baseline), "model_bound")
     assert found.severity == "info"
     if cpu_matmul_changes("medium"):  # measured on this CPU: oneDNN runs bf16 matmuls
-        assert "--matmul medium runs its larger float32 matmuls in bf16" in found.advice
+        assert "--matmul medium runs all but its tiny float32 matmuls in bf16" in found.advice
     else:
         assert "--matmul changes nothing" in found.advice
     assert "bf16" in found.advice
@@ -59,12 +59,25 @@ def test_the_cpu_advice_is_for_the_cpu_the_run_recorded_not_the_one_reading_it(b
     )
     found = the(diagnose(run), "model_bound")
     has = "this CPU has bf16 instructions" in found.advice
-    medium = "--matmul medium runs its larger float32 matmuls in bf16" in found.advice
+    medium = "--matmul medium runs all but its tiny float32 matmuls in bf16" in found.advice
     assert has is bf16 and medium is bf16
     assert ("--matmul changes nothing" in found.advice) is not bf16
     # A run stored before it recorded them: no claim about a CPU's math either way.
     unknown = the(diagnose(replace(run, workload={})), "model_bound")
     assert "bf16 instructions" not in unknown.advice and "--matmul" not in unknown.advice
+
+
+@pytest.mark.parametrize("high", [True, False])
+def test_matmul_high_is_said_to_act_only_where_it_changed_the_runs_cpu_matmuls(high) -> None:
+    """TF32 runs on a CPU with AMX-FP16 (Xeon 6): where ``high`` changed float32 matmuls, the
+    advice says so instead of "no TF32"."""
+    math = {"bf16": True, "matmul_medium": True, "matmul_high": high}
+    found = the(
+        diagnose(replace(run_of([0.0001] * 20, [0.02] * 20), workload={"math": math})),
+        "model_bound",
+    )
+    assert ("--matmul high runs them in TF32 (this CPU has AMX-FP16)" in found.advice) is high
+    assert ("--matmul high changes nothing (no TF32 on this CPU)" in found.advice) is not high
 
 
 def lagged(lag: float, batch: float = 0.03, data: float = 0.0005) -> object:
@@ -133,7 +146,7 @@ def test_matmul_medium_on_a_cpu_without_bf16_units_is_called_rarely_faster() -> 
         workload={"math": {"bf16": False, "matmul_medium": True}},
     )
     found = the(diagnose(run), "model_bound")
-    assert "--matmul medium runs its larger float32 matmuls in bf16" in found.advice
+    assert "--matmul medium runs all but its tiny float32 matmuls in bf16" in found.advice
     assert "changes the results but is rarely faster" in found.advice
     native = the(
         diagnose(replace(run, workload={"math": {"bf16": True, "matmul_medium": True}})),

@@ -134,7 +134,7 @@ def test_every_knob_has_a_teaching_text(knob: str) -> None:
         ("matmul", "not convolutions"),
         ("compile", "break-even"),
         ("workers", "compete"),
-        ("persistent-workers", "workers=0"),
+        ("persistent-workers", "needs workers > 0"),
         ("preload", "compute-bound"),
     ],
 )
@@ -151,7 +151,7 @@ def test_texts_say_when_a_knob_does_not_help(knob: str, honest: str) -> None:
         ),
         ("precision", "Lightning's XLA precision has no mixed mode"),
         ("compile", "reduce-overhead adds CUDA graphs (CUDA GPUs only)"),
-        ("compile", "It does not apply on a TPU"),
+        ("compile", "speedlab refuses it there"),
         ("pin_memory", "an Apple GPU shares the host's memory"),
         ("pin_memory", "on a TPU, XLA copies each batch itself, so it does not apply"),
         ("matmul", "a TPU included (XLA sets its own matmul precision)"),

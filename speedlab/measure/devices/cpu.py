@@ -26,9 +26,13 @@ class CpuDevice(Device):
 
     def math(self) -> dict[str, bool | None]:
         """``avx512``, ``bf16`` (AVX512-BF16 or AMX) and ``amx``: what the CPU's flags say it
-        has (``cpu_math``, as ``%speedlab system`` shows it); ``matmul_medium``: whether
-        ``--matmul medium`` changes float32 matmuls here (measured on this CPU)."""
-        return cpu_math() | {"matmul_medium": cpu_matmul_changes("medium")}
+        has (``cpu_math``, as ``%speedlab system`` shows it); ``matmul_medium`` and
+        ``matmul_high``: whether ``--matmul medium`` and ``high`` change float32 matmuls here
+        (measured on this CPU)."""
+        return cpu_math() | {
+            "matmul_medium": cpu_matmul_changes("medium"),
+            "matmul_high": cpu_matmul_changes("high"),
+        }
 
     def peak_flops(self, precision: str, matmul: str) -> tuple[float | None, str]:
         """Measured: a large matmul in the precision's dtype on torch's threads."""
@@ -41,8 +45,9 @@ class CpuDevice(Device):
     def amp(self) -> tuple[str, str]:
         chosen = amp_choice(cuda=False, native_bf16=False)
         return chosen, (
-            f"precision=amp ran as {chosen} on the CPU: bf16 autocast is the CPU's mixed "
-            "precision (fp16 AMP is GPU-only)."
+            f"precision=amp ran as {chosen} on the CPU: Lightning runs only bf16 as mixed "
+            "precision on a CPU (torch's CPU autocast also takes fp16, fast only with "
+            "AVX512-FP16 or AMX-FP16)."
         )
 
     def matmul(self, level: str) -> tuple[str, bool]:

@@ -26,11 +26,13 @@ def test_amp_is_bf16_on_the_cpu_and_says_why() -> None:
     assert chosen == "bf16-mixed"
     assert (
         note.startswith("precision=amp ran as bf16-mixed on the CPU:")
-        and "fp16 AMP is GPU-only" in note
+        and "Lightning runs only bf16 as mixed precision on a CPU" in note
     )
 
 
-def test_the_cpus_math_is_its_flags_and_what_matmul_medium_measurably_does(fake_cpu_flags) -> None:
+def test_the_cpus_math_is_its_flags_and_what_the_matmul_levels_measurably_do(
+    fake_cpu_flags,
+) -> None:
     """The facts a run records (``workload["math"]``) are those ``%speedlab system`` shows."""
     fake_cpu_flags("avx512f avx512_bf16")
     assert CpuDevice().math() == {
@@ -38,6 +40,7 @@ def test_the_cpus_math_is_its_flags_and_what_matmul_medium_measurably_does(fake_
         "bf16": True,
         "amx": False,
         "matmul_medium": cpu_matmul_changes("medium"),
+        "matmul_high": cpu_matmul_changes("high"),
     }
 
 
