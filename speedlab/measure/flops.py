@@ -7,6 +7,12 @@ figure. It never counts around a compiled module: the counter would run inside c
 dynamo traced, and could make it compile again. An op that does arithmetic but has no formula
 (an RNN kernel, say) leaves the count unknown, with the op named, rather than too low.
 
+Its dispatch modes tell dynamo to compile as if they were not there (``ignore_compile_internals``):
+dynamo skips a frame that first runs under any other mode, and for torch 2.13 that skip is for
+good (pytorch#190286), so a function of the cell's own that was compiled with ``torch.compile``
+ran eager for the rest of the process after the counted step. A torch whose modes cannot say so
+(before 2.9) gets no count.
+
 The peak is the device's (``Device.peak_flops``, in a run's precision and matmul level:
 ``peak_of``): a CPU's is measured here by a matmul in the run's precision (``matmul_peak``); a
 GPU's comes from a table of dense peaks.
@@ -99,12 +105,16 @@ def precision_dtype(precision: str) -> Any:
 
 
 def is_compiled(module: Any) -> bool:
-    """Whether the LightningModule, or any module in it, runs through ``torch.compile``."""
+    """Whether the LightningModule, or any module in it, runs through ``torch.compile``: wrapped
+    (``torch.compile(m)``), compiled in place (``m.compile()``) or by Lightning."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     if getattr(module, "_compiler_ctx", None) is not None:
         return True
-    return any(isinstance(m, OptimizedModule) for m in module.modules())
+    return any(
+        isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+        for m in module.modules()
+    )
 
 
 def counted_step(module: Any, warmup: int, compiled: bool | None, counts: bool) -> int | None:
@@ -112,7 +122,7 @@ def counted_step(module: Any, warmup: int, compiled: bool | None, counts: bool) 
     steps before the first steady one (the first step, where warm-up is shorter); None without
     warm-up, around a compiled module, or where counting would change the step on the device
     (``counts``: ``Device.counts_flops``)."""
-    if not warmup or compiled or not counts or is_compiled(module):
+    if not warmup or compiled or not counts or is_compiled(module) or not counts_beside_compile():
         return None
     return max(0, warmup - 1 - COUNT_TAIL)
 
@@ -134,9 +144,8 @@ class FlopWatch:
     def enter(self, step: int) -> None:
         if step != self.step or self._modes is not None:
             return
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self._modes = (FlopCounterMode(display=False), _unformulated()())
+        counter, unformulated = _modes()
+        self._modes = (counter(display=False), unformulated())
         for mode in self._modes:
             mode.__enter__()
 
@@ -176,25 +185,58 @@ class FlopWatch:
         return {"per_step": self.per_step, "step": self.step, "uncounted": self.uncounted}
 
 
-@cache
-def _unformulated() -> type:
-    """The dispatch mode that notes the ops a step runs that look like arithmetic but have no
-    FLOP formula (a class made once torch is imported)."""
+def counts_beside_compile() -> bool:
+    """Whether this torch's dispatch modes can leave ``torch.compile`` as it is
+    (``ignore_compile_internals``, torch 2.9 on), with ``FlopCounterMode``'s own mode to give
+    it to: where they cannot, no step is counted."""
+    from torch.utils import flop_counter
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
+
+    return hasattr(TorchDispatchMode, "ignore_compile_internals") and hasattr(
+        flop_counter, "_FlopCounterMode"
+    )
+
+
+@cache
+def _modes() -> tuple[type, type]:
+    """torch's ``FlopCounterMode`` and the mode that notes the ops a step runs that look like
+    arithmetic but have no FLOP formula, each with dispatch modes that dynamo compiles beside
+    (classes made once torch is imported)."""
+    from torch.utils import flop_counter
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(flop_counter._FlopCounterMode):
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            return True
+
+    class Counter(flop_counter.FlopCounterMode):
+        """``FlopCounterMode`` whose ``__enter__`` pushes ``Counting`` (torch's own, as
+        ``FlopCounterMode.__enter__`` does, with the compile flag)."""
+
+        def __enter__(self) -> Counter:
+            self.flop_counts.clear()
+            self.mod_tracker.__enter__()
+            self.mode = Counting(self)
+            self.mode.__enter__()
+            return self
 
     class Unformulated(TorchDispatchMode):
         def __init__(self) -> None:
             super().__init__()
             self.ops: set[str] = set()
 
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            return True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             packet = func._overloadpacket
-            if packet not in flop_registry and HEAVY_OP.search(packet.__name__):
+            if packet not in flop_counter.flop_registry and HEAVY_OP.search(packet.__name__):
                 self.ops.add(str(packet))
             return func(*args, **(kwargs or {}))
 
-    return Unformulated
+    return Counter, Unformulated
 
 
 def gpu_peak(device_name: str, dtype: str) -> tuple[float | None, str]:

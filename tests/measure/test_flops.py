@@ -114,6 +114,45 @@ def test_no_warm_up_step_or_a_compiled_module_counts_nothing() -> None:
     assert not is_compiled(model)
     model.net = torch.compile(model.net)  # compiles at its first call only
     assert is_compiled(model)
+    model = MLP()
+    model.net[0].compile()  # in place
+    assert is_compiled(model)
+
+
+class CompiledSquash(MLP):
+    """Its step calls a function of its own compiled with ``torch.compile``: not a module, so
+    nothing tells the probe before it counts."""
+
+    calls = 0  # of the compiled code, by the backend
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(squash(self.net(x)), y)
+
+
+def counting_backend(graph: torch.fx.GraphModule, example_inputs: list) -> object:
+    def compiled(*args):
+        CompiledSquash.calls += 1
+        return graph.forward(*args)
+
+    return compiled
+
+
+@torch.compile(backend=counting_backend)
+def squash(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 2
+
+
+def test_a_compiled_function_of_the_cells_own_runs_compiled_through_the_counted_step() -> None:
+    """Dynamo skips a frame first run under a dispatch mode, and torch 2.13 skips it for good: a
+    count that did not tell it otherwise left the cell's function eager for the process (1 call
+    of the compiled code in 8 steps, then 0 in a fit alone)."""
+    CompiledSquash.calls = 0
+    probe = SpeedProbe(warmup=3, sample_system=False)
+    fit(CompiledSquash(), probe, steps=8)
+    assert CompiledSquash.calls == 8 and probe.result().flops["per_step"] > 0
+    fit(CompiledSquash(), None, steps=4)
+    assert CompiledSquash.calls == 12
 
 
 def test_a_watch_counts_only_its_step_and_exits_safely_when_idle() -> None:
