@@ -37,6 +37,8 @@ def ran_otherwise(asked: Knobs, fit: FitRecord, measured: RunResult) -> dict[str
         for knob, fact in _LOADER_FACTS.items()
         if getattr(asked, knob) is not None and _allowed(knob, facts.get(fact))
     }
+    if asked.matmul is not None and facts.get("matmul") is not None:
+        ran["matmul"] = facts["matmul"]  # the level in force as the fit started: the cell's own
     if asked.pin_memory is not None and "loader_pin_memory" in facts:
         pins = device_for(measured.device).pins_memory
         ran["pin_memory"] = bool(facts["loader_pin_memory"]) and pins

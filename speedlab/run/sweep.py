@@ -195,8 +195,16 @@ def _assemble(
     device = device_for(measured.device)
     workload = measured.workload | fit.workload() | {"math": device.math()}
     workload["handover"] = handover_time()  # this machine's, for predictions from this run
+    ran = ran_otherwise(knobs, fit, measured)
+    knob_notes = session.notes  # the matmul knob's
     if session.matmul_changes is not None:
-        workload["matmul_changes"] = session.matmul_changes
+        workload["matmul_changes"] = session.matmul_changes and "matmul" not in ran
+    if "matmul" in ran:
+        knob_notes = [
+            f"matmul={knobs.matmul} did not act: float32 matmuls ran at {ran['matmul']!r}, which "
+            "the cell set itself (torch.set_float32_matmul_precision) after speedlab set the "
+            "knob's level. Leave the setting to the knob while it is compared."
+        ]
     error = measured.error
     if fit.exception is not None:  # the ranks' own account of a failure comes first
         error = error or describe_error(fit.exception)
@@ -205,9 +213,9 @@ def _assemble(
     result = replace(
         measured,
         knobs=knobs,
-        ran_otherwise=ran_otherwise(knobs, fit, measured),
+        ran_otherwise=ran,
         fit=number,
-        notes=session.notes + fit.notes + measured.notes + reaped + _stopped(fit, measured),
+        notes=knob_notes + fit.notes + measured.notes + reaped + _stopped(fit, measured),
         phases=measured.phases | {"preload": fit.preload_s},
         workload=workload,
         flops=measured.flops | _peak(device, measured, fit.probe.peak),

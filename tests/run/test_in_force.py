@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import torch
 from torch.utils.data import DataLoader
 
 from speedlab.api import profile_train
@@ -69,3 +70,24 @@ def test_a_compile_that_compiled_nothing_the_step_ran_is_shown_as_off() -> None:
     assert compiled.label(plain) == "compile=on (ran off)"
     assert compiled.comparison.verdict is Verdict.within_noise
     assert any("ran nothing compiled" in note for note in compiled.notes)
+
+
+def test_a_matmul_level_the_cell_sets_itself_is_the_one_in_force() -> None:
+    """The cell's own torch.set_float32_matmul_precision comes after the knob's: the level in
+    force labels the run, and two runs that ran at it are within noise whatever their speeds."""
+
+    def train() -> None:
+        torch.set_float32_matmul_precision("high")
+        train_with(DataLoader)
+
+    sweep = profile_train(train, matmul=["highest", "medium"], steps=20, live=False, store=False)
+    base, medium = sweep.runs
+    assert (
+        medium.ran_otherwise == {"matmul": "high"}
+        and medium.label(base) == "matmul=medium (ran high)"
+    )
+    assert medium.comparison.inert == ("matmul=highest/medium",)
+    assert medium.workload["matmul_changes"] is False
+    [note] = [n for n in medium.notes if n.startswith("matmul=")]
+    assert note.startswith("matmul=medium did not act: float32 matmuls ran at 'high'")
+    assert torch.get_float32_matmul_precision() == "highest"  # as before the run
