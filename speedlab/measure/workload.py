@@ -86,20 +86,28 @@ def each_loader(loaders: Any) -> list[Any]:
 
 def loader_facts(loaders: Any) -> dict[str, Any]:
     """How the training loaders load, as they were built: their worker processes in all
-    (``loader_workers``), and where they agree, whether they pin memory and keep their workers
-    between epochs, and their batch size."""
+    (``loader_workers``), and where they agree, each one's workers, whether they pin memory and
+    keep their workers between epochs, and their batch size (a batch sampler's, where one makes
+    the batches)."""
     flat = each_loader(loaders)
     workers = sum(int(getattr(one, "num_workers", 0) or 0) for one in flat)
     facts: dict[str, Any] = {"loader_workers": workers}
-    for fact, attribute in (
-        ("loader_pin_memory", "pin_memory"),
-        ("loader_persistent_workers", "persistent_workers"),
-        ("loader_batch_size", "batch_size"),
+    for fact, read in (
+        ("loader_num_workers", lambda one: getattr(one, "num_workers", None)),
+        ("loader_pin_memory", lambda one: getattr(one, "pin_memory", None)),
+        ("loader_persistent_workers", lambda one: getattr(one, "persistent_workers", None)),
+        ("loader_batch_size", _batch_size),
     ):
-        values = {getattr(one, attribute, None) for one in flat}
+        values = {read(one) for one in flat}
         if len(values) == 1 and None not in values:
             facts[fact] = values.pop()
     return facts
+
+
+def _batch_size(loader: Any) -> int | None:
+    size = getattr(loader, "batch_size", None)
+    sampler = getattr(loader, "batch_sampler", None)
+    return size if size is not None else getattr(sampler, "batch_size", None)
 
 
 def workload_of(trainer: Any, own_max_steps: int | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from speedlab.run.fit_record import FitRecord
 
 _LOADER_FACTS = {
-    "workers": "loader_workers",
+    "workers": "loader_num_workers",  # each loader's: the knob's value is per loader
     "persistent_workers": "loader_persistent_workers",
     "batch_size": "loader_batch_size",
     "precision": "precision",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from speedlab.api import profile_train
 from speedlab.labs import QUIET_TRAINER, KnownCostDataset, KnownCostModel
@@ -91,3 +91,41 @@ def test_a_matmul_level_the_cell_sets_itself_is_the_one_in_force() -> None:
     [note] = [n for n in medium.notes if n.startswith("matmul=")]
     assert note.startswith("matmul=medium did not act: float32 matmuls ran at 'high'")
     assert torch.get_float32_matmul_precision() == "highest"  # as before the run
+
+
+def test_a_batch_size_a_batch_sampler_overrides_runs_as_the_sampler_batches() -> None:
+    def train() -> None:
+        data = KnownCostDataset(400)
+        batches = BatchSampler(SequentialSampler(data), batch_size=16, drop_last=False)
+        trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(KnownCostModel(step_s=0.002), DataLoader(data, batch_sampler=batches))
+
+    sweep = profile_train(train, batch_size=[16, 64], steps=20, live=False, store=False)
+    base, large = sweep.runs
+    assert (
+        large.ran_otherwise == {"batch_size": 16} and large.label(base) == "batch_size=64 (ran 16)"
+    )
+    assert large.comparison.verdict is Verdict.within_noise
+    assert large.comparison.inert == ("batch_size=16/64",)
+
+
+class TwoLoaders(KnownCostModel):
+    """Trains on a batch of each of two loaders at once."""
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        (xa, ya), (xb, yb) = batch["a"], batch["b"]
+        return super().training_step((torch.cat([xa, xb]), torch.cat([ya, yb])), batch_idx)
+
+
+def test_workers_are_counted_per_loader_as_the_knob_sets_them() -> None:
+    """Two training loaders with 2 workers each: the knob asked 2 a loader and ran it."""
+
+    def train() -> None:
+        loaders = [DataLoader(KnownCostDataset(400), batch_size=8) for _ in range(2)]
+        trainer = pl.Trainer(max_epochs=1, accelerator="cpu", **QUIET_TRAINER)
+        trainer.fit(TwoLoaders(step_s=0.002), {"a": loaders[0], "b": loaders[1]})
+
+    sweep = profile_train(train, workers=[0, 2], steps=20, live=False, store=False)
+    base, two = sweep.runs
+    assert two.error is None and two.ran_otherwise == {} and two.label(base) == "workers=2"
+    assert two.workload["loader_workers"] == 4  # worker processes in all
