@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -160,7 +160,9 @@ class RunResult:
     @property
     def ran(self) -> Knobs:
         """The knobs in force: those asked for, with the values of the ones that ran otherwise."""
-        return replace(self.knobs, **self.ran_otherwise) if self.ran_otherwise else self.knobs
+        if not self.ran_otherwise:
+            return self.knobs
+        return Knobs.from_dict(self.knobs.as_dict() | self.ran_otherwise)
 
     @property
     def speedup(self) -> float | None:

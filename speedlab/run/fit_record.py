@@ -40,6 +40,7 @@ class FitRecord:
     notebook_class: NotebookClass | None = None  # a class the loader's workers were forked for
     ended: bool = False  # the fit has returned or raised, and what it changed is put back
     stopped: bool = False  # a stop was asked for (the panel's Stop) before the fit ended
+    prebuilt: bool = False  # the Trainer was built before the run: the knobs on it did not act
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from speedlab.measure.devices import device_for
-from speedlab.results.knobs import KNOBS, KnobError, Knobs
+from speedlab.results.knobs import KNOBS, TRAINER_PREFIX, KnobError, Knobs
 from speedlab.results.run import RunResult
 
 if TYPE_CHECKING:
@@ -46,6 +46,12 @@ def ran_otherwise(asked: Knobs, fit: FitRecord, measured: RunResult) -> dict[str
         ran["compile"] = "off"  # not applied, or the training step called nothing compiled
     if asked.preload not in (None, "off") and not fit.preload_s:
         ran["preload"] = "off"
+    if fit.prebuilt:  # built before the run: its own arguments stand
+        ran |= {
+            f"{TRAINER_PREFIX}{name}": getattr(fit.trainer, name)
+            for name in asked.trainer
+            if isinstance(getattr(fit.trainer, name, None), (bool, int, float, str))
+        }
     return {knob: value for knob, value in ran.items() if asked[knob] != value}
 
 

@@ -188,6 +188,25 @@ class Intercept:
             if fit.trainer.limit_val_batches != 0:  # the ticker repeats stop() for later ones
                 fit.set_attribute(fit.trainer, "limit_val_batches", 0)
 
+    def unbuilt_note(self) -> str | None:
+        """What this run sets as a Trainer is built, which a Trainer built before the run (in
+        an earlier cell) never got; None where it sets nothing there."""
+        k, c = self.knobs, self.controls
+        unset = {
+            **{name: getattr(k, name) for name in ("precision", "devices", "strategy")},
+            **{f"trainer.{name}": value for name, value in k.trainer.items()},
+            "steps": c.steps,
+            "time": c.time,
+        }
+        named = [f"{name}={value}" for name, value in unset.items() if value is not None]
+        if not named:
+            return None
+        return (
+            f"{', '.join(named)} did not act: the Trainer was built before the run (in an "
+            "earlier cell), and speedlab sets these as a Trainer is built. Build the Trainer "
+            "in the profiled cell."
+        )
+
     def ours(self) -> bool:
         """Whether the calling thread is the run's. A panel trains in a background thread
         while the kernel runs other cells: a Trainer those build and fit trains as it would
@@ -291,9 +310,10 @@ class Intercept:
             probe, notes = session._pending.get(id(trainer), (None, []))
             prebuilt = probe is None  # built before the run started: measure it all the same
             probe = probe or SpeedProbe(warmup=session.controls.warmup)
-            record = FitRecord(trainer, probe, notes=list(notes))
+            record = FitRecord(trainer, probe, notes=list(notes), prebuilt=prebuilt)
             if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
                 record.attach(PlannedStop(session.asked), probe)
+                record.note(session.unbuilt_note())
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []

@@ -210,6 +210,8 @@ def _assemble(
         error = error or describe_error(fit.exception)
     if error is not None:  # a rank's account holds its error's whole text
         error = autocast_refusal(error) or error
+    elif fit.probe.ran and not measured.steps and not fit.stopped:
+        error = _untrained(fit)
     result = replace(
         measured,
         knobs=knobs,
@@ -225,6 +227,20 @@ def _assemble(
         result,
         notes=result.notes + steady_notes(result) + flops_notes(result) + split_notes(result),
         diagnosis=diagnose(result, lint_findings=_lint(fit.model)),
+    )
+
+
+def _untrained(fit: FitRecord) -> str:
+    """Why a fit that ended without an error trained no step."""
+    if fit.prebuilt and fit.trainer.global_step > 0:
+        return (
+            "The fit trained no steps: its Trainer, built before the run, had already trained "
+            "to its max_steps or max_epochs in an earlier fit, and a Trainer trains that far "
+            "once. Build the Trainer in the profiled cell, so that each run gets a new one."
+        )
+    return (
+        "The fit trained no steps: the Trainer's limits (max_steps, max_epochs, "
+        "limit_train_batches) or an empty training loader left nothing to train."
     )
 
 

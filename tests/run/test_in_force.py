@@ -129,3 +129,32 @@ def test_workers_are_counted_per_loader_as_the_knob_sets_them() -> None:
     base, two = sweep.runs
     assert two.error is None and two.ran_otherwise == {} and two.label(base) == "workers=2"
     assert two.workload["loader_workers"] == 4  # worker processes in all
+
+
+def test_knobs_set_as_a_trainer_is_built_say_they_did_not_act_on_one_built_before_the_run() -> None:
+    """A Trainer built in an earlier cell: its own arguments stand, the runs are labelled by
+    them, and a note says why and what to do."""
+    trainer = pl.Trainer(max_steps=12, accelerator="cpu", **QUIET_TRAINER)
+
+    def train() -> None:
+        trainer.fit(KnownCostModel(step_s=0.002), DataLoader(KnownCostDataset(400), batch_size=8))
+
+    sweep = profile_train(
+        train, trainer={"accumulate_grad_batches": [1, 4]}, steps=20, live=False, store=False
+    )
+    base, four = sweep.runs
+    assert base.steps == 12  # the Trainer's own max_steps, not the run's 20
+    assert any(
+        n.startswith(
+            "trainer.accumulate_grad_batches=1, steps=20 did not act: the Trainer was built"
+        )
+        for n in base.notes
+    )
+    assert four.ran_otherwise == {"trainer.accumulate_grad_batches": 1}
+    assert four.label(base) == "trainer.accumulate_grad_batches=4 (ran 1)"
+    assert four.ran.trainer == {"accumulate_grad_batches": 1}
+    # A Trainer trains to its max_steps once: the second run's fit trained nothing.
+    assert four.steps == 0 and four.error.startswith(
+        "The fit trained no steps: its Trainer, built before the run, had already trained"
+    )
+    assert "within noise" not in str(sweep.table())
