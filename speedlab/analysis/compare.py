@@ -91,6 +91,8 @@ def inert_knobs(a: RunResult, b: RunResult) -> tuple[str, ...]:
     were one configuration; () otherwise."""
     if a is b or (a.settings() and a.settings() == b.settings()):
         return (SAME,)
+    if not (a.ok and b.ok):  # a run that failed ran nothing to be alike in
+        return ()
     knobs = sorted(differs(a.knobs, b.knobs))
     if not knobs or any(k not in a.knobs or k not in b.knobs for k in knobs):
         return ()

@@ -71,6 +71,9 @@ def verdicts(sweep: SweepResult) -> list[str]:
         if not run.ok:
             lines.append(f"{run.label(base)}: failed: {run.error}")
             continue
+        if not base.ok:
+            lines.append(f"{run.label(base)}: not compared: its baseline failed.")
+            continue
         moves = (_moved(name, getattr(base, name), getattr(run, name)) for name in _PARTS)
         predicted = prediction_said(run)
         lines.append(
@@ -91,9 +94,18 @@ def _verdict(sweep: SweepResult) -> Finding:
             severity="critical",
             summary="Every run failed, so nothing was measured; the table shows the errors",
         )
+    if not base.ok:
+        return Finding(
+            "verdict",
+            f"The baseline failed, so no run was compared with it: {base.error}",
+            "Fix what failed, or give the baseline's option a value that runs first (the first "
+            "value of each option is the baseline).",
+            severity="critical",
+            summary="The baseline failed, so no run was compared with it",
+        )
     effects: dict[str, list[str]] = {verdict: [] for verdict in _EFFECTS}
     for run in sweep.runs[1:]:
-        if not run.ok or len(differs(base.knobs, run.knobs)) != 1:
+        if not (run.ok and sweep.baseline_of(run).ok) or len(differs(base.knobs, run.knobs)) != 1:
             continue
         c = run.comparison
         effects[c.verdict].append(f"{run.label(sweep.baseline_of(run))} {c.speedup:.2f}x")

@@ -135,3 +135,19 @@ def test_a_cell_that_fits_twice_has_each_fit_judged_against_the_same_fit_of_the_
         "workers=2 fit=1",
         "workers=2 fit=2",
     ]
+
+
+def test_runs_after_a_baseline_that_failed_are_not_compared_with_it() -> None:
+    """A failed baseline ran nothing: a run after it is neither 'alike' (within noise, its knob
+    'changed nothing') nor 'too few to tell', and the sweep's verdict says what failed."""
+    refused = RunResult(knobs={"preload": "ram"}, error="PreloadError: --preload ram: a stream")
+    refused = replace(refused, ran_otherwise={"preload": "off"})
+    ran = run_of([0.001] * 20, [0.003] * 20, knobs={"preload": "off"})
+    sweep = judge_sweep([refused, ran])
+    assert sweep.runs[1].comparison.inert == ()
+    assert verdicts(sweep) == ["preload=off: not compared: its baseline failed."]
+    verdict = the(sweep.diagnosis, "verdict")
+    assert verdict.evidence == (
+        "The baseline failed, so no run was compared with it: PreloadError: --preload ram: a stream"
+    )
+    assert verdict.severity == "critical"
