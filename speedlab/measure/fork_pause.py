@@ -21,7 +21,7 @@ FORK_WAIT_S = 5.0
 without speedlab (a work that long is a bug of its own)."""
 
 _pauses: weakref.WeakSet[ForkPause] = weakref.WeakSet()
-_held: list[ForkPause] = []
+_held = threading.local()  # the pauses each forking thread took: two may fork at once
 
 
 class ForkPause:
@@ -53,14 +53,13 @@ class ForkPause:
 
 
 def _before_fork() -> None:
-    for pause in list(_pauses):
-        if pause._lock.acquire(timeout=FORK_WAIT_S):
-            _held.append(pause)
+    _held.pauses = [p for p in list(_pauses) if p._lock.acquire(timeout=FORK_WAIT_S)]
 
 
 def _after_fork() -> None:
-    while _held:
-        _held.pop()._lock.release()
+    held, _held.pauses = getattr(_held, "pauses", []), []
+    for pause in reversed(held):
+        pause._lock.release()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork

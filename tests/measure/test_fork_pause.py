@@ -58,10 +58,11 @@ def test_a_fork_waits_for_the_work_in_hand_and_the_thread_goes_on_after() -> Non
 
 
 def test_no_fork_falls_inside_a_system_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    reading = threading.Event()
+    reading, readers = threading.Event(), set()
     read = system._Reader.read
 
     def slow_read(self: system._Reader, every_worker: bool = False) -> system.SystemSample:
+        readers.add(threading.current_thread().name)
         reading.set()
         try:
             time.sleep(0.002)
@@ -71,4 +72,8 @@ def test_no_fork_falls_inside_a_system_sample(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(system._Reader, "read", slow_read)
     with SystemSampler(interval_s=0.0005):
-        assert forks_inside(reading.is_set) == 0
+        inside = forks_inside(reading.is_set)
+        # Once in a run of the measure tests after the notebook tests (2026-12-01), 1 fork of 40;
+        # never alone. Which threads read, and which were alive, tell the next one apart.
+        alive = sorted(t.name for t in threading.enumerate())
+        assert inside == 0, f"readers {sorted(readers)}, threads alive {alive}"
