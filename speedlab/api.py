@@ -9,7 +9,8 @@ so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,28 +79,29 @@ def profile_train(
     """
     if not callable(train_fn):
         raise TypeError(f"profile_train(train_fn={train_fn!r}): expected a zero-argument callable.")
-    return profile(
-        train_fn,
-        precision=precision,
-        compile=compile,
-        workers=workers,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers,
-        matmul=matmul,
-        preload=preload,
-        batch_size=batch_size,
-        devices=devices,
-        strategy=strategy,
-        trainer=trainer,
-        steps=steps,
-        time=time,
-        warmup=warmup,
-        repeat=repeat,
-        name=name,
-        live=live,
-        predict=predict,
-        store=store,
-    )
+    with keyword_errors():
+        return profile(
+            train_fn,
+            precision=precision,
+            compile=compile,
+            workers=workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            matmul=matmul,
+            preload=preload,
+            batch_size=batch_size,
+            devices=devices,
+            strategy=strategy,
+            trainer=trainer,
+            steps=steps,
+            time=time,
+            warmup=warmup,
+            repeat=repeat,
+            name=name,
+            live=live,
+            predict=predict,
+            store=store,
+        )
 
 
 def autotune(
@@ -128,6 +130,16 @@ def autotune(
     if not isinstance(live, bool):
         raise KnobError("live", live, "True or False", given=f"live={live!r}")
     view = choose_view(live)
-    return remember(
-        autotuner.autotune(train_fn, budget_s=budget_s, steps=steps, view=view, **options)
-    )
+    with keyword_errors():
+        return remember(
+            autotuner.autotune(train_fn, budget_s=budget_s, steps=steps, view=view, **options)
+        )
+
+
+@contextlib.contextmanager
+def keyword_errors() -> Iterator[None]:
+    """A refused option in the Python API's words: ``workers=True``, not ``--workers True``."""
+    try:
+        yield
+    except KnobError as err:
+        raise err.as_keyword() from None

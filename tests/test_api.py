@@ -79,10 +79,11 @@ def test_profile_train_hands_every_keyword_to_the_sweep() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"workers": -1}, "--workers -1: not allowed. Expected an integer >= 0 or auto."),
-        ({"precision": ["32-true", "12"]}, "--precision 12: not allowed. Expected one of"),
-        ({"steps": 0}, "--steps 0: not allowed. Expected an integer >= 1."),
-        ({"repeat": 0}, "--repeat 0: not allowed. Expected an integer >= 1."),
+        ({"workers": -1}, "workers=-1: not allowed. Expected an integer >= 0 or auto."),
+        ({"precision": ["32-true", "12"]}, "precision='12': not allowed. Expected one of"),
+        ({"pin_memory": 2}, "pin_memory=2: not allowed. Expected on or off."),
+        ({"steps": 0}, "steps=0: not allowed. Expected an integer >= 1."),
+        ({"repeat": 0}, "repeat=0: not allowed. Expected an integer >= 1."),
         ({"predict": "yes"}, "predict='yes': not allowed. Expected True or False."),
         ({"live": "no"}, "live='no': not allowed. Expected True or False."),
         ({"store": 5}, "store=5: not allowed. Expected a path, None for the default store"),

@@ -22,9 +22,16 @@ class KnobError(ValueError):
     ``--option value`` (a keyword only the Python API has, a subcommand's argument)."""
 
     def __init__(self, option: str, value: Any, allowed: str, given: str | None = None) -> None:
-        self.option, self.value, self.allowed = option, value, allowed
-        given = given or f"--{option} {value!s}"
-        super().__init__(f"{given}: not allowed. Expected {allowed}.")
+        self.option, self.value, self.allowed, self.given = option, value, allowed, given
+        super().__init__(f"{given or f'--{option} {value!s}'}: not allowed. Expected {allowed}.")
+
+    def as_keyword(self) -> KnobError:
+        """The same refusal in the Python API's words (``workers=True``) where it is in the
+        magic's (``--workers True``)."""
+        if self.given is not None:
+            return self
+        keyword = f"{self.option.replace('-', '_')}={self.value!r}"
+        return KnobError(self.option, self.value, self.allowed, given=keyword)
 
 
 class KnobRefused(RuntimeError):

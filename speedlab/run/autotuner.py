@@ -111,7 +111,10 @@ def start_knobs(start: Mapping[str, Any] | None) -> dict[str, Any]:
             option = option_name(key)
             if key.startswith("trainer."):
                 option, shown = "trainer", f"{key.removeprefix('trainer.')}={shown}"
-            raise KnobError(option, shown, "one value: autotune starts from one configuration")
+            given = f"--{option} {shown}"  # the magic's words: its --workers 0,2 lists too
+            raise KnobError(
+                option, shown, "one value: autotune starts from one configuration", given
+            )
         knobs[key] = values[0]
     return knobs
 

@@ -110,18 +110,17 @@ def _trainer_arguments(
     }
     controlled = {"max_steps": ("steps", controls.steps), "max_time": ("time", controls.time)}
     for key, values in trainer.items():
-        given = f"{key}={','.join(map(str, as_list(values)))}"
+        shown = f"{key}={','.join(map(str, as_list(values)))}"
+        given = f"--trainer {shown}"  # the magic's words, which the knobs' refusals below use
         if key in KNOBS:
-            raise KnobError(
-                "trainer", given, f"a Trainer argument no knob sets: use --{option_name(key)}"
-            )
+            allowed = f"a Trainer argument no knob sets: use --{option_name(key)}"
+            raise KnobError("trainer", shown, allowed, given)
         if key not in accepted:
-            raise KnobError("trainer", given, "an argument of Lightning's Trainer as KEY")
+            raise KnobError("trainer", shown, "an argument of Lightning's Trainer as KEY", given)
         control, value = controlled.get(key, ("", None))
         if value is not None:
-            raise KnobError(
-                "trainer", given, f"{key} or --{control} {value}, not both: --{control} sets {key}"
-            )
+            allowed = f"{key} or --{control} {value}, not both: --{control} sets {key}"
+            raise KnobError("trainer", shown, allowed, given)
     return trainer
 
 
