@@ -14,10 +14,11 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch.nn import functional as F
 
-from speedlab.labs import QUIET_TRAINER, known_cost_loader
+import speedlab
+from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
 from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
-from speedlab.run.compiling import CACHE_TEXT, compile_step
+from speedlab.run.compiling import CACHE_TEXT, compile_step, own_compiled
 from speedlab.run.intercept import Intercept, RunControls
 from tests.doctor_runs import require_quiet
 
@@ -208,3 +209,28 @@ def test_a_runs_compiled_code_serves_no_later_run_and_the_cells_own_is_kept(
     assert graphs() > before and again.phases["compile"] > 0
     cells_own(torch.randn(4))
     assert compiles == [1]
+
+
+def test_the_cells_own_compile_is_named_and_said_to_stay_under_compile_off() -> None:
+    """compile=off cannot undo a torch.compile the cell made itself: the run says so, and
+    which modules, instead of calling its code uncompiled."""
+    model = KnownCostModel(step_s=0.0)
+    assert own_compiled(model) == []
+    model.net.compile(backend="eager")  # in place
+    assert own_compiled(model) == ["net"]
+    model.net = torch.compile(nn.Linear(8, 2), backend="eager")  # wrapped
+    assert own_compiled(model) == ["net"]
+
+    def train() -> None:
+        cell_model = KnownCostModel(step_s=0.0)
+        cell_model.net.compile(backend="eager")
+        pl.Trainer(max_steps=8, accelerator="cpu", **QUIET_TRAINER).fit(
+            cell_model, known_cost_loader(n=200)
+        )
+
+    run = speedlab.profile_train(train, compile="off", live=False, store=False).baseline
+    assert run.error is None
+    assert any(
+        n.startswith("The cell compiles net itself (torch.compile): compile=off cannot undo that")
+        for n in run.notes
+    )
