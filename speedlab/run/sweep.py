@@ -195,15 +195,9 @@ def _assemble(
     workload = measured.workload | fit.workload() | {"math": device.math()}
     workload["handover"] = handover_time()  # this machine's, for predictions from this run
     ran = ran_otherwise(knobs, fit, measured)
-    knob_notes = session.notes  # the matmul knob's
-    if session.matmul_changes is not None:
-        workload["matmul_changes"] = session.matmul_changes and "matmul" not in ran
-    if "matmul" in ran:
-        knob_notes = [
-            f"matmul={knobs.matmul} did not act: float32 matmuls ran at {ran['matmul']!r}, which "
-            "the cell set itself (torch.set_float32_matmul_precision) after speedlab set the "
-            "knob's level. Leave the setting to the knob while it is compared."
-        ]
+    knob_notes, changes = _matmul_knob(knobs, session, ran, measured.workload.get("precision"))
+    if changes is not None:
+        workload["matmul_changes"] = changes
     error = measured.error
     if fit.exception is not None:  # the ranks' own account of a failure comes first
         error = error or describe_error(fit.exception)
@@ -227,6 +221,29 @@ def _assemble(
         notes=result.notes + steady_notes(result) + flops_notes(result) + split_notes(result),
         diagnosis=diagnose(result, lint_findings=_lint(fit.model)),
     )
+
+
+_NO_FLOAT32 = ("64-true", "16-true", "bf16-true")
+"""Precisions whose whole model computes in another type than float32: no float32 matmul."""
+
+
+def _matmul_knob(
+    knobs: Knobs, session: Intercept, ran: dict[str, Any], precision: str | None
+) -> tuple[list[str], bool | None]:
+    """The matmul knob's note on the fit as it ran, and whether the knob changed its float32
+    matmuls: not where the cell set its own level, nor where the model has none."""
+    if "matmul" in ran:
+        return [
+            f"matmul={knobs.matmul} did not act: float32 matmuls ran at {ran['matmul']!r}, which "
+            "the cell set itself (torch.set_float32_matmul_precision) after speedlab set the "
+            "knob's level. Leave the setting to the knob while it is compared."
+        ], False
+    if knobs.matmul is not None and precision in _NO_FLOAT32:
+        return [
+            f"matmul={knobs.matmul} changed nothing: the model trains in {precision}, which has "
+            "no float32 matmuls for it to act on."
+        ], False
+    return session.notes, session.matmul_changes
 
 
 def _untrained(fit: FitRecord) -> str:

@@ -158,3 +158,17 @@ def test_knobs_set_as_a_trainer_is_built_say_they_did_not_act_on_one_built_befor
         "The fit trained no steps: its Trainer, built before the run, had already trained"
     )
     assert "within noise" not in str(sweep.table())
+
+
+def test_a_matmul_level_on_a_model_without_float32_matmuls_changed_nothing() -> None:
+    def train() -> None:
+        trainer = pl.Trainer(max_epochs=1, accelerator="cpu", precision="64-true", **QUIET_TRAINER)
+        loader = DataLoader(KnownCostDataset(400, sleep_s=0.001), batch_size=8)
+        trainer.fit(KnownCostModel(step_s=0.002), loader)
+
+    sweep = profile_train(train, matmul=["highest", "medium"], steps=20, live=False, store=False)
+    base, medium = sweep.runs
+    assert medium.error is None and medium.workload["precision"] == "64-true"
+    assert medium.workload["matmul_changes"] is False
+    assert medium.comparison.inert == ("matmul=highest/medium",)
+    assert "matmul=medium changed nothing: the model trains in 64-true" in " ".join(medium.notes)
