@@ -9,7 +9,9 @@ Each module's call is compiled in place, through ``_compiled_call_impl`` as ``Mo
 does, but from a function of this module: ``Module.compile`` on a torch module (``nn.Linear``,
 ``nn.Sequential``) captures nothing, since dynamo skips torch's own frames. One function for all
 of them also lets modules of one class share their compiled code (a stack of identical blocks
-compiles once). The fit's count of compiled graphs tells whether compiled code ran at all.
+compiles once). Whether compiled code ran at all: the fit compiled graphs, or it called the
+compiled modules where graphs were compiled before it (an earlier fit of the run, whose code a
+second fit of the same model reuses).
 """
 
 from __future__ import annotations
@@ -19,13 +21,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _compiled_call(module: Any, mode: str | None) -> Any:
+def _compiled_call(module: Any, mode: str | None, calls: list[int]) -> Any:
+    """``module``'s call compiled; ``calls[0]`` counts the calls of it."""
     import torch
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return module._call_impl(*args, **kwargs)
 
-    return torch.compile(call, mode=mode)
+    compiled = torch.compile(call, mode=mode)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return compiled(*args, **kwargs)
+
+    return counted
 
 
 def forget_compiled() -> None:
@@ -38,7 +47,11 @@ def forget_compiled() -> None:
 
 # Every module's compiled call is a closure of ``_compiled_call``: one code object, whose
 # compiled entries dynamo keeps (each guarded on its module).
-_CALL_CODE = next(c for c in _compiled_call.__code__.co_consts if isinstance(c, types.CodeType))
+_CALL_CODE = next(
+    c
+    for c in _compiled_call.__code__.co_consts
+    if isinstance(c, types.CodeType) and c.co_name == "call"
+)
 
 
 def _dynamo_counts() -> tuple[int, dict[str, int]]:
@@ -128,6 +141,7 @@ class CompiledStep:
     cache_before: tuple[int, int] = (0, 0)
     cache: str | None = None
     acted: bool | None = None  # whether training ran compiled code; known after a trained fit
+    calls: list[int] = field(default_factory=lambda: [0])  # of the compiled modules
 
     def finish(self, trained: bool) -> list[str]:
         """Run every module uncompiled again; notes on what the fit left uncompiled.
@@ -142,7 +156,7 @@ class CompiledStep:
         self.cache = cache_state(hits - self.cache_before[0], misses - self.cache_before[1])
         if not trained:
             return []
-        self.acted = graphs != self.graphs
+        self.acted = graphs != self.graphs or (self.calls[0] > 0 and self.graphs > 0)
         notes = []
         if self.cache is not None:
             notes.append(f"compile={self.value}: the compile phase {CACHE_TEXT[self.cache]}.")
@@ -175,7 +189,7 @@ def compile_step(model: Any, value: str) -> CompiledStep:
     try:
         for module in compiled.modules.values():
             compiled.previous.append((module, module._compiled_call_impl))
-            module._compiled_call_impl = _compiled_call(module, mode)
+            module._compiled_call_impl = _compiled_call(module, mode, compiled.calls)
     except BaseException:
         compiled.finish(trained=False)
         raise

@@ -234,3 +234,16 @@ def test_the_cells_own_compile_is_named_and_said_to_stay_under_compile_off() -> 
         n.startswith("The cell compiles net itself (torch.compile): compile=off cannot undo that")
         for n in run.notes
     )
+
+
+def test_a_second_fit_of_the_same_model_reuses_the_compiled_code_and_ran_compiled() -> None:
+    """Audit t03 c2: the second fit compiled no new graph, as its model's were compiled by the
+    first; its steps ran that compiled code all the same, and it is not 'compile off'."""
+    model = SubmoduleStep()
+    with Intercept(Knobs(compile="on"), RunControls(steps=8, warmup=2)) as run:
+        for _ in range(2):
+            trainer = pl.Trainer(accelerator="cpu", **QUIET_TRAINER)
+            trainer.fit(model, known_cost_loader(n=200, batch_size=8))
+    first, second = (fit.compiled for fit in run.fits)
+    assert first.acted and first.calls[0] >= 8
+    assert second.acted and second.calls[0] >= 8 and second.graphs == graphs()  # none new

@@ -167,7 +167,7 @@ def test_a_matmul_level_on_a_model_without_float32_matmuls_changed_nothing() -> 
         trainer.fit(KnownCostModel(step_s=0.002), loader)
 
     sweep = profile_train(train, matmul=["highest", "medium"], steps=20, live=False, store=False)
-    base, medium = sweep.runs
+    _, medium = sweep.runs
     assert medium.error is None and medium.workload["precision"] == "64-true"
     assert medium.workload["matmul_changes"] is False
     assert medium.comparison.inert == ("matmul=highest/medium",)
