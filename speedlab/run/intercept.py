@@ -24,7 +24,14 @@ from speedlab.measure.dataset import fingerprint
 from speedlab.measure.devices import Device, available_devices
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
-from speedlab.results.knobs import DATA_KNOBS, KNOBS, KnobRefused, Knobs, check_number
+from speedlab.results.knobs import (
+    DATA_KNOBS,
+    KNOBS,
+    TRAINER_PREFIX,
+    KnobRefused,
+    Knobs,
+    check_number,
+)
 from speedlab.run.compiling import compile_step, forget_compiled, own_compile_note, own_compiled
 from speedlab.run.fit_record import FitRecord
 from speedlab.run.forking import check_fork, forked_rank_threads_note
@@ -188,13 +195,13 @@ class Intercept:
             if fit.trainer.limit_val_batches != 0:  # the ticker repeats stop() for later ones
                 fit.set_attribute(fit.trainer, "limit_val_batches", 0)
 
-    def unbuilt_note(self) -> str | None:
+    def _unbuilt_note(self) -> str | None:
         """What this run sets as a Trainer is built, which a Trainer built before the run (in
         an earlier cell) never got; None where it sets nothing there."""
         k, c = self.knobs, self.controls
         unset = {
             **{name: getattr(k, name) for name in ("precision", "devices", "strategy")},
-            **{f"trainer.{name}": value for name, value in k.trainer.items()},
+            **{f"{TRAINER_PREFIX}{name}": value for name, value in k.trainer.items()},
             "steps": c.steps,
             "time": c.time,
         }
@@ -207,7 +214,7 @@ class Intercept:
             "in the profiled cell."
         )
 
-    def ours(self) -> bool:
+    def _ours(self) -> bool:
         """Whether the calling thread is the run's. A panel trains in a background thread
         while the kernel runs other cells: a Trainer those build and fit trains as it would
         alone (the matmul precision excepted: torch has one for the whole process)."""
@@ -279,7 +286,7 @@ class Intercept:
 
         @functools.wraps(original)
         def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
-            if not session.ours():
+            if not session._ours():
                 return original(trainer, *args, **kwargs)
             kwargs, probe, notes = session.trainer_kwargs(kwargs)
             original(trainer, *args, **kwargs)
@@ -303,7 +310,7 @@ class Intercept:
 
         @functools.wraps(original)
         def fit(trainer: Any, *args: Any, **kwargs: Any) -> Any:
-            if not session.ours():
+            if not session._ours():
                 return original(trainer, *args, **kwargs)
             bound = signature.bind(trainer, *args, **kwargs)  # a wrong argument: as Lightning
             sigint = signal.getsignal(signal.SIGINT)  # Lightning's own handling replaces it
@@ -313,7 +320,7 @@ class Intercept:
             record = FitRecord(trainer, probe, notes=list(notes), prebuilt=prebuilt)
             if prebuilt:  # its max_steps and max_time are the cell's own: only stop() is ours
                 record.attach(PlannedStop(session.asked), probe)
-                record.note(session.unbuilt_note())
+                record.note(session._unbuilt_note())
             session.fits.append(record)
             session.active_probe = probe
             preloaded: list[Preloaded] = []
