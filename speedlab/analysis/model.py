@@ -169,7 +169,9 @@ def _device_bound(run: RunResult, evidence: str, summary: str, compiled: bool) -
         # cuBLAS's TF32, from Ampere on; inert where the run's own level changed nothing.
         acts = run.workload.get("matmul_changes") is not False or k.get("matmul") == "highest"
         levers = [
-            "mixed precision (--precision amp) uses the tensor cores" if amp else "",
+            "mixed precision (--precision amp) uses the tensor cores (Volta and newer)"
+            if amp
+            else "",
             "--compile on fuses kernels" if compiles else "",
             "--matmul high runs float32 matmuls (Linear layers) in TF32 on Ampere and newer; it "
             "does not touch convolutions, which cuDNN runs in TF32 already"

@@ -53,8 +53,9 @@ def epoch_start(run: RunResult) -> list[Finding]:
         ]
     advice = (
         "Persistent workers are on or there are none, so this is work done at each epoch start: "
-        "rebuilding the dataset or loader in train_dataloader(), or the first batches being "
-        "made. Fewer, longer epochs spread it."
+        "rebuilding the dataset or loader in train_dataloader() (with "
+        "reload_dataloaders_every_n_epochs), or the first batches being made. Fewer, longer "
+        "epochs spread it."
     )
     summary += "; do less at each epoch's start"
     return [Finding("epoch_start", evidence, advice, None, severity, summary=summary)]
