@@ -104,17 +104,24 @@ def precision_dtype(precision: str) -> Any:
     return torch.float64 if precision.startswith("64") else torch.float32
 
 
-def is_compiled(module: Any) -> bool:
-    """Whether the LightningModule, or any module in it, runs through ``torch.compile``: wrapped
-    (``torch.compile(m)``), compiled in place (``m.compile()``) or by Lightning."""
+def compiled_modules(module: Any) -> list[str]:
+    """The modules of a LightningModule that run through ``torch.compile``, by name: wrapped
+    (``torch.compile(m)``), compiled in place (``m.compile()``), or the whole model as Lightning
+    compiled it for a fit ("the model")."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     if getattr(module, "_compiler_ctx", None) is not None:
-        return True
-    return any(
-        isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
-        for m in module.modules()
-    )
+        return ["the model"]
+    return [
+        name or "the model"
+        for name, m in module.named_modules()
+        if isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+    ]
+
+
+def is_compiled(module: Any) -> bool:
+    """Whether the LightningModule, or any module in it, runs through ``torch.compile``."""
+    return bool(compiled_modules(module))
 
 
 def counted_step(module: Any, warmup: int, compiled: bool | None, counts: bool) -> int | None:

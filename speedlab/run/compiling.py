@@ -85,21 +85,6 @@ CACHE_TEXT = {
 """What the compile phase measured, by the state of inductor's cache (``cache_state``)."""
 
 
-def own_compiled(model: Any) -> list[str]:
-    """The modules the cell compiled itself before the fit, by name: wrapped
-    (``torch.compile(m)``), compiled in place (``m.compile()``), or the whole model passed to
-    ``fit`` compiled ("the model")."""
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    if getattr(model, "_compiler_ctx", None) is not None:  # Lightning unwrapped it for fit
-        return ["the model"]
-    return [
-        name or "the model"
-        for name, module in model.named_modules()
-        if isinstance(module, OptimizedModule) or module._compiled_call_impl is not None
-    ]
-
-
 def own_compile_note(value: str, names: list[str]) -> str:
     """What ``compile=value`` did beside the cell's own compile of ``names``."""
     did = "cannot undo that" if value == "off" else "compiles on top of it"

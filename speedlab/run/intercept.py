@@ -22,6 +22,7 @@ from typing import Any
 from speedlab.measure.compat import is_datamodule, trainer_classes
 from speedlab.measure.dataset import fingerprint
 from speedlab.measure.devices import Device, available_devices
+from speedlab.measure.flops import compiled_modules
 from speedlab.measure.pipeline import probe_sink
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.knobs import (
@@ -32,7 +33,7 @@ from speedlab.results.knobs import (
     Knobs,
     check_number,
 )
-from speedlab.run.compiling import compile_step, forget_compiled, own_compile_note, own_compiled
+from speedlab.run.compiling import compile_step, forget_compiled, own_compile_note
 from speedlab.run.fit_record import FitRecord
 from speedlab.run.forking import check_fork, forked_rank_threads_note
 from speedlab.run.global_state import GlobalState, restore_sigint
@@ -360,7 +361,7 @@ class Intercept:
         k = self.knobs
         model = args["model"]
         record.model = getattr(model, "_orig_mod", model)
-        if k.compile is not None and (own := own_compiled(record.model)):
+        if k.compile is not None and (own := compiled_modules(record.model)):
             record.note(own_compile_note(k.compile, own))
         if k.compile not in (None, "off"):  # forward and the submodules, not training_step
             record.compiled = compile_step(record.model, k.compile)

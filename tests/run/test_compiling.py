@@ -16,9 +16,10 @@ from torch.nn import functional as F
 
 import speedlab
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, known_cost_loader
+from speedlab.measure.flops import compiled_modules as own_compiled
 from speedlab.results.knobs import Knobs
 from speedlab.results.run import RunResult
-from speedlab.run.compiling import CACHE_TEXT, compile_step, own_compiled
+from speedlab.run.compiling import CACHE_TEXT, compile_step
 from speedlab.run.intercept import Intercept, RunControls
 from tests.doctor_runs import require_quiet
 
