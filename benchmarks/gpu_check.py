@@ -95,12 +95,12 @@ PROBE_COST_US = 40.0
 SimpleProfiler)."""
 TRACE_LASTING = 0.05
 """The most the device's trace of a warm-up step may slow every later launch of the process (the
-median after the traces against the mean before)."""
+median of the figures after the traces against the lower before)."""
 TRACE_SESSIONS = (1, 2, 4, 8)
 """The traces after which a launch is timed again: a cost each trace adds would grow with them."""
 KNOWN_LASTING_S = 20e-6
 """The known cost a launch, two fifths of a simulated one, that the simulated device's check
-leaves after its first trace: read 19.97 to 20.24 us in four runs."""
+leaves after its first trace: read +20.10 to +20.85 us in 16 runs here on 2026-12-01."""
 EVENT_CALLS = 1000
 """Events each of ``check_event_calls``' rounds calls."""
 LAUNCH_COSTS_TIMEOUT_S = 120
@@ -805,8 +805,9 @@ def check_event_calls(backend: Backend) -> Line:
 def launch_costs(
     backend: Backend, launches: int, blocks: int, known_s: float = 0.0
 ) -> dict[str, Any]:
-    """The host's seconds to launch a tiny kernel (the median of ``blocks`` blocks of
-    ``launches``), twice before any trace ran in this process (the noise floor), then after each
+    """The host's seconds to launch a tiny kernel (the fastest of ``blocks`` blocks of
+    ``launches``: a lasting cost is in every block, while a block the machine took the CPU from
+    is only slower), twice before any trace ran in this process (the noise floor), then after each
     count of ``TRACE_SESSIONS`` traces of a block, each made and closed as a fit's warm-up makes
     and closes speedlab's; and which traces recorded the device's work, or why none was made.
     ``known_s``: a known cost a launch that the first trace leaves for every later one, which
@@ -822,11 +823,11 @@ def launch_costs(
         backend.synchronize()
         return elapsed / launches
 
-    def median() -> float:
-        return statistics.median(block() for _ in range(blocks))
+    def fastest() -> float:
+        return min(block() for _ in range(blocks))
 
     block()  # the first launches load the kernel
-    before = [median(), median()]
+    before = [fastest(), fastest()]
     after, recorded, untraced = {}, [], ""
     for sessions in TRACE_SESSIONS:
         while traced < sessions:
@@ -837,14 +838,18 @@ def launch_costs(
             recorded.append("busy" in watch.result())
             untraced = watch.untraced
             traced += 1
-        after[sessions] = median()
+        after[sessions] = fastest()
     return {"before": before, "after": after, "recorded": recorded, "untraced": untraced}
 
 
 def check_trace_lasting(simulate: bool) -> list[Line]:
     """Whether the device's trace of a warm-up step (CUPTI's, through torch.profiler, on a
     GPU) leaves every later launch of the process slower: a lasting cost shows in every figure
-    after the traces, so their median is judged against the figures before. kineto detaches
+    after the traces, so their median is judged against the lower figure before. Each figure
+    is its fastest block: a hypervisor that takes the CPU away only adds time (here on
+    2026-12-01, blocks 1.2 to 2.6 times slower for 0.1 s and more at a time, with the VM's
+    steal ticks in /proc/stat beside them; one such spell read a known +20 us as +27). kineto
+    detaches
     CUPTI after a trace only where TEARDOWN_CUPTI=1 (its CuptiActivityApi.cpp), and
     pytorch/pytorch#146604 reports training 10 to 20% slower after a trace without it; on the
     H200 on 2026-11-30 a launch's 6.7 us read 8.2 to 13.1 us after one to eight traces, and
@@ -868,17 +873,18 @@ def check_trace_lasting(simulate: bool) -> list[Line]:
             continue
         first, again = costs["before"]
         after = list(costs["after"].values())
-        read = statistics.median(after) - statistics.mean(costs["before"])
+        floor = min(costs["before"])
+        read = statistics.median(after) - floor
         figure = (
-            f"a tiny kernel's launch {first * 1e6:.2f} us before any trace ({again * 1e6:.2f} "
-            f"again), after {', '.join(costs['after'])} traces "
+            f"a tiny kernel's launch (the fastest block's) {first * 1e6:.2f} us before any "
+            f"trace ({again * 1e6:.2f} again), after {', '.join(costs['after'])} traces "
             f"{', '.join(f'{c * 1e6:.2f}' for c in after)} us"
         )
         if known_s:
             ok = abs(read - known_s) <= 0.2 * known_s
             figure += f"; read {read * 1e6:+.2f} us a launch (allowed 20% off the known)"
         else:
-            share = read / statistics.mean(costs["before"])
+            share = read / floor
             ok = share <= TRACE_LASTING
             figure += f": {share:+.1%} (allowed {TRACE_LASTING:+.0%})"
         traces = costs["recorded"]
@@ -966,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.launch_costs:
         with backend_for(args.simulate) as backend:
-            size = (100, 9) if args.simulate else (2000, 15)
+            size = (100, 15) if args.simulate else (2000, 15)
             print(json.dumps(launch_costs(backend, *size, known_s=args.known_us / 1e6)))
         return 0
     started = time.perf_counter()
