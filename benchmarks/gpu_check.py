@@ -14,8 +14,9 @@ On a lent GPU (16 cores, an H100) in at most 6 minutes, or on the simulated asyn
 - a workers sweep on the device-bound cell, whose verdict must be "within noise";
 - an exception raised inside a device step, which must reach the caller unchanged;
 - SpeedProbe's cost a step on 2 ms device steps, against bare Lightning and SimpleProfiler,
-  their blocks of steps interleaved in one fit as ``benchmarks/probe_overhead.py`` does, and
-  what each of its device path's event calls costs the host (``check_event_calls``);
+  their blocks of steps interleaved in one fit (``benchmarks/probe_overhead.py``'s
+  ``Rotation``), and what each of its device path's event calls costs the host
+  (``check_event_calls``);
 - whether the device's trace of a warm-up step leaves every later launch of the process slower
   (``check_trace_lasting``; on the simulated device a known lasting cost must read as built);
 - ``pytest -m gpu`` and the rank tests;
@@ -571,7 +572,8 @@ def check_error(backend: Backend) -> Line:
 
 def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Line]:
     """SpeedProbe's and SimpleProfiler's added time a step on 2 ms device steps, as
-    ``benchmarks/probe_overhead.py`` measures it on the CPU: one fit switches between bare,
+    ``benchmarks/probe_overhead.py`` measured it on the CPU until 2026-12-01 (its ``Rotation``;
+    it now times pairs of neighbouring steps): one fit switches between bare,
     bare again (the noise floor), SpeedProbe, SimpleProfiler and bare with 10 us of busy-waiting
     (a known answer) every ``block`` steps, bare in every other block and the others between in
     a shuffled order; each arm's mean step, less the mean of the bare blocks either side of it,
@@ -584,7 +586,7 @@ def check_probe_cost(backend: Backend, steps_to: Path | None = None) -> list[Lin
     nothing (the timeline's Python +28.6, +89.0 and -5.7 us a step in three runs) and they took
     two blocks in twelve from the arms judged. The device's event calls are timed alone
     (``check_event_calls``), the timeline's Python on the CPU (``probe_overhead.py
-    --timeline``).
+    --timeline``, until 2026-12-01).
 
     Each step waits for its 2 ms of device work (as a step whose loss is shown each step does),
     so all the host's work a step lies on the step's path, and the steps are timed on the host's

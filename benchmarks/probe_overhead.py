@@ -1,88 +1,48 @@
-"""Overhead of SpeedProbe (with its system sampler) on the MLP lab, beside Lightning's SimpleProfiler.
+"""Overhead of SpeedProbe (with its system sampler) on the CPU, beside Lightning's SimpleProfiler.
 
-A shared virtual machine drifts by 10-20% from one second to the next, far more than the 2%
-being measured, so whole runs compared one after another cannot resolve it. Here the arms are
-interleaved inside each training run instead: every `--block` steps the run switches, bare
-in every other block and in the blocks between, in a shuffled order, bare again (an A/A
-control: the noise floor), SpeedProbe attached (its own setup/teardown hooks, sampler
-included), SimpleProfiler installed as the Trainer's profiler, and a known answer: bare with
-10 us of busy-waiting added to each step, which shows how the rotation reads a known cost of
-the target's size. A clock callback present throughout times every step. The first 40 steps
-after each switch are left out of the per-step figures and printed apart, as what an arm's
-start costs once: the probe starts anew at each switch, so they hold its warm-up (whose
-watches count FLOPs and syncs; no figure of a run counts them) and the tail its FLOP count
-leaves. The median step time at each place in a block
-showed that tail on the zero-cost step (``--places`` prints it; on 2026-11-30, 12 runs of 40
-cycles of 80-step blocks, the probe without its sampler): +112 us on the step after the counted
-one, about +10 us twenty steps on, +5 to +6 us from the fortieth, where a probe that counted no
-FLOPs read the same. Until then this benchmark left out 8 steps after the warm-up, and its
-40-step blocks' medians lay in that tail. Each block of an arm gives a ratio to the mean of
-the bare blocks either side of it (``Rotation``; until 2026-11-30 each cycle of shuffled arms
-had one bare block, against which an arm's blocks spread twice as far), each block's figure
-its mean step: what a probe does every so many steps is a cost a step as much as what it does
-every step, and a block's median step leaves it out (it was the median until 2026-11-30, when
-a device timeline's readings, every 8 steps then, were timed inside a zero-cost fit at 18 us a
-step).
+A shared virtual machine's speed drifts by 10-20% from one second to the next, and its steps
+jitter by more than the microseconds being measured, so the arms are compared a step apart: one
+fit of the zero-cost step (the known-cost model without busy-waiting, on tensors in memory:
+little but Lightning's own per-step work) is timed as pairs of neighbouring steps, each pair one
+arm's, on in one step and off in the other in a drawn order (``StepPairs``): bare again (an A/A
+control: the noise floor), SpeedProbe (attached once and settled, then each step puts its
+wrappers on or takes them off), SimpleProfiler (put in as the trainer's profiler or taken out),
+and a known answer, 10 us of busy-waiting. The switch falls between a step's end stamp and the
+next one's start stamp, in no step. An arm's cost is the median of its pairs' differences, with
+a 95% interval that resamples the fits (each a process of its own: a process's memory layout
+shifts an arm's figure for its whole life) and then the pairs within each.
 
-Even so, one median ratio on the MLP lab is known only to about +-2% (see the A/A arm). So the
-same rotation also runs a zero-cost step (the known-cost model without busy-waiting, on
-tensors in memory: little but Lightning's own per-step work), where each arm's added
-microseconds are a few percent of the step. Each rotation runs in a process of its own: one
-process's memory layout shifts an arm's step by several microseconds for its whole life (the
-runs' own medians, printed, differ by more than one run's blocks do), so the 95% interval of
-the median resamples the runs and then the blocks within each. As that spread between runs
-dominates, many shorter runs pin the figure better than a few long ones in the same time: on
-the zero-cost step, 12 runs of 75 cycles of four arms gave an interval of +8.6 to +14.4 us
-where 6 runs of 150 had given +5.5 to +22.6 (on 2026-11-29 and 2026-11-28, each in about 12
-minutes; 60 cycles of the five arms take as long). The headline figures are that cost (target:
-at most 10 us a step, and below SimpleProfiler's) and the same over the MLP lab's bare step
-(target: SpeedProbe <= 1.02).
+A median leaves out what a probe does only now and then, so that is measured where it happens:
+the probe's logs (every 50 steps) are timed one by one, and its system sampler's readings (four
+a second, in a thread of its own, which takes the GIL from the step it reads in) by the steps
+they fall in against the same steps' neighbours (``readings_cost``). The headline is their sum
+(target: at most 10 us a step, and below SimpleProfiler's) and the same over the MLP lab's bare
+step (target: SpeedProbe <= 1.02).
 
-Readings: on 2026-11-29, 12 runs of 60 cycles of 40-step blocks (8 steps left out after the
-warm-up) read the known 10 us as +13.2 (interval +4.9 to +20.9) and SpeedProbe as +16.7 (+12.3
-to +24.8). On 2026-11-30, two runs of 12 x 20 cycles of 120-step blocks read the known 10 us as
-+9.2 (+1.6 to +24.9) and +12.4 (+4.0 to +20.4), SpeedProbe as +14.2 (+3.3 to +27.4) and +16.7
-(+7.3 to +26.4), the A/A control as +3.4 and -4.6: leaving the tail out moved SpeedProbe's
-figure by less than a run tells (on a machine that noisy, about 10 us either way), and its
-first 40 steps cost +3.1 and +4.4 ms once over bare's. On 2026-11-30 again, the machine quieter
-(bare's zero-cost step 0.905 and 0.916 ms, against 1.355 ms then) and the probe's code the same,
-two runs read SpeedProbe +7.1 (+3.9 to +11.5) and +5.6 (+3.7 to +6.9), the known 10 us +10.8
-and +11.5, SimpleProfiler +23.3 and +22.8, the A/A control -0.5 and +0.6.
-With each block read against the bare blocks either side (12 runs of 12 cycles of 120-step
-blocks, 144 blocks an arm; a noisy day, bare's zero-cost step 1.216 ms): SpeedProbe +5.1 (-23.3
-to +37.4), SimpleProfiler +31.7 (+8.8 to +66.1), the known 10 us +4.7 (-11.1 to +39.2), the A/A
-control -2.9, in 11.5 minutes. The default run then (12 runs of 14 cycles of 106-step blocks,
-168 blocks an arm, bare's zero-cost step 1.068 ms): SpeedProbe +3.9 (-14.4 to +15.2),
-SimpleProfiler +20.6 (+9.2 to +36.6), the known 10 us +9.8 (-4.0 to +18.6), the A/A control
--0.9, in 10.6 minutes.
+Until 2026-12-01 the arms took turns in blocks of 106 steps (``Rotation``, with which gpu-check
+still times a GPU's steps), each block's mean step read against the bare blocks either side. On
+this 2-core machine the blocks drifted by 75 to 1,000 us against their neighbours, so 168
+blocks an arm told a cost to about 15 us either way and the known 10 us read anywhere from +0.4
+to +15.4 (runs of 10 to 14 minutes, 2026-11-28 to 2026-11-30). Neighbouring steps differ far
+less: on 2026-12-01, with bare's zero-cost step at 2.7 ms (0.9 ms on a quiet day), 750 pairs an
+arm read the known 10 us to about +-10 us where 168 blocks had read it to +-15.
 
-``--timeline`` adds an arm on an asynchronous device's path: SpeedProbe with a device timeline
-whose events the host's clock stamps as they are recorded (``TimelineProbe``), so it costs what
-the timeline's own Python costs on a GPU, its event calls aside; a GPU is lent too rarely to
-tune that path on one. On 2026-11-30 the timeline was reworked to record four events a step
-and to work out which step each belongs to only when reading them (it had kept marks per step,
-five a step). Runs of the code before and after, alternating, each a rotation with such an arm
-(eight runs of each, then ten): the arm read +35.0 and +38.0 us a step before, +23.9 and +23.8
-after, where SpeedProbe on the host's clock read +9.7 and +8.0 before, +10.3 and +8.4 after.
-The full run with ``--timeline`` then read the path at +25.5 us, +17.5 over the host's clock
-(SpeedProbe +8.1, the known 10 us +15.4). Later that day the timeline was read every 64 steps
-(or 0.25 s) instead of every 8, and blocks were timed by their mean step: the path read +15.9
-(+13.8 to +23.7), +8.7 over the host's clock, SpeedProbe +7.2 (+1.5 to +15.8), SimpleProfiler
-+26.1, the known 10 us +13.1, the A/A control +1.8 (12 runs of 20 cycles, ``--threads 1``).
-A 120-step block counted 78 steps with one reading in them, where a fit reads once in 64: the
-path's figure left out about a fifth of its readings' cost (a fit of zero-cost steps spends 7 us
-a step in them). The default block is now 106 steps, whose 64 counted steps hold one reading,
-as a fit's do: the readings count whole, and a drifting machine is read closer in shorter
-blocks (four fits each of 106- and 170-step blocks, in turn, on 2026-11-30: a standard error of
-26 against 41 us in as many steps).
+The default run on 2026-12-01 (6 fits of 36,000 steps, 11 minutes; bare's step 2.347 ms): the A/A
+control -1.0 us (-3.4 to +1.9), the known 10 us +12.7 (+10.4 to +15.2; the busy-wait's call and
+its last turn of the clock add a little), SimpleProfiler +62.9 (+57.5 to +68.3), SpeedProbe
++12.0 every step (+9.3 to +14.3), +0.16 its logs, +12.0 its sampler's readings (fits +6.6 to
++23.5): +24.1 in all. A reading cost the zero-cost steps it fell in 2.3 ms (75 readings of a
+fit of 8,000 steps, standard error 0.4 ms), where the same reading taken on the training thread
+itself cost it 0.95 ms: the rest is the GIL handed between the two threads around the reading's
+38 system calls.
 
-    .venv/bin/python benchmarks/probe_overhead.py [--repeats 12] [--cycles 14] [--block 106]
-        [--threads N] [--clock wall|cpu] [--places] [--timeline]
+    .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import random
@@ -100,7 +60,6 @@ from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, busy_wait, tabular_lab
-from speedlab.measure.devices.events import READ_EVERY_STEPS, EventTimeline
 from speedlab.measure.probe import SpeedProbe
 
 KNOWN = "known-10us"
@@ -108,6 +67,9 @@ ARMS = ("bare", "bare-again", "speedprobe", "simpleprofiler", KNOWN)
 LABS = ("MLP lab", "zero-cost step")
 PROBE_WARMUP = 5  # SpeedProbe's warm-up in its arms: its steady steps start at this place
 SETTLE = 40  # steps left out after each switch: the probe's warm-up and what its FLOP count leaves
+WARM = 20  # bare steps before SpeedProbe is attached to ``StepPairs``' fit
+PAIRED_ARMS = ("bare-again", "speedprobe", "simpleprofiler", KNOWN)
+MLP_STEPS = 600  # the MLP lab's fit, whose bare step the ratio is over
 TARGET_US = 10.0
 KNOWN_S = TARGET_US * 1e-6  # what the known arm adds to each step
 
@@ -243,39 +205,29 @@ class Rotation(pl.Callback):
         return {arm: [statistics.median(c) for c in columns] for arm, columns in at.items()}
 
 
-class HostEvent:
-    """An event the host's clock stamps as it is recorded: a device with nothing to run."""
-
-    __slots__ = ("stamp",)
-
-    def record(self, *stream: Any) -> None:
-        self.stamp = time.perf_counter()
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, end: HostEvent) -> float:
-        return (end.stamp - self.stamp) * 1e3
-
-
-class TimelineProbe(SpeedProbe):
-    """SpeedProbe on an asynchronous device's path (its timeline's stamps and their reading),
-    with events that cost nothing (``HostEvent``): what the timeline's own Python adds a step
-    on a GPU, beside the GPU's event calls, measured where no GPU is."""
-
-    def _attach_taps(self, trainer: Any, device: Any) -> None:
-        self._timeline = EventTimeline(HostEvent, lambda: None)
-        self.records.update(host_data_time=[], copy_time=[])
-        super()._attach_taps(trainer, device)
-
-
-TIMELINE = "timeline path"
-
-
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 """wall: the step's wall time. cpu: the CPU seconds the whole process (the probe's sampler
 thread included) spent in it, which leaves out the time a shared machine's other tenants took
 the core from it."""
+
+
+def fit_lab(lab: str, steps: int, callback: pl.Callback) -> None:
+    """A fit of ``steps`` steps on one of LABS with ``callback``, on the CPU, in one epoch."""
+    if lab == "MLP lab":
+        model, data = tabular_lab()
+    else:
+        n = 8 * (steps + 1)  # one epoch: no epoch's start falls among the timed steps
+        samples = TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
+        model, data = KnownCostModel(step_s=0.0), DataLoader(samples, batch_size=8)
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        **QUIET_TRAINER,
+        limit_val_batches=0,
+    )
+    trainer.fit(model, data)
 
 
 def run(
@@ -289,129 +241,198 @@ def run(
     """One training run of `cycles` cycles on one of LABS, timed by one of CLOCKS, with
     ``more`` arms (``Rotation``)."""
     rotation = Rotation(block, rng, CLOCKS[clock], more)
-    if lab == "MLP lab":
-        model, data = tabular_lab()
-    else:
-        n = 8 * rotation.fit_steps(cycles)  # one epoch: none starts in a block
-        samples = TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
-        model, data = KnownCostModel(step_s=0.0), DataLoader(samples, batch_size=8)
-    trainer = pl.Trainer(
-        max_steps=rotation.fit_steps(cycles),
-        accelerator="cpu",
-        devices=1,
-        callbacks=[rotation],
-        **QUIET_TRAINER,
-        limit_val_batches=0,
-    )
-    trainer.fit(model, data)
+    fit_lab(lab, rotation.fit_steps(cycles), rotation)
     return rotation
 
 
-def measure(lab: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One rotation of one lab, in this process: per arm, each block's mean step and start
-    beside its bare neighbours' (``Rotation.paired``), and its step at each place in a block."""
-    torch.set_num_threads(args.threads)
-    rng = random.Random(args.seed)
-    more = {TIMELINE: TimelineProbe(warmup=PROBE_WARMUP)} if args.timeline else None
-    rotation = run(lab, args.cycles, args.block, rng, args.clock, more)
-    return {"paired": rotation.paired(), "places": rotation.places()}
+class StepPairs(pl.Callback):
+    """Times one fit as pairs of neighbouring steps: in each pair one arm (drawn) is on for
+    one step and off for the other, in a drawn order, so the pair's difference is the arm's
+    cost in that step less the noise of two steps a step apart. SpeedProbe is attached once,
+    after ``WARM`` bare steps, and runs on for ``SETTLE`` (its warm-up and the tail its FLOP
+    count leaves); from then on each step puts its wrappers on or takes them off (the ones it
+    put on the trainer's objects, the ones it had covered back in place), SimpleProfiler is put
+    in as the trainer's profiler or taken out, the known arm busy-waits ``KNOWN_S``. A step runs
+    from its start stamp, taken after that switch, to the next step's end stamp, taken before
+    it, so the switches fall in no step."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.probe = SpeedProbe(warmup=PROBE_WARMUP)
+        self.simple = SimpleProfiler(dirpath=tempfile.gettempdir(), filename="speedlab-simple")
+        self.state: tuple[str, bool] = ("bare", False)
+        self.plan: list[tuple[str, bool]] = []
+        self.start: float | None = None
+        # (arm, on, start, end) of each step
+        self.steps: list[tuple[str, bool, float, float]] = []
+        self.logs: list[float] = []  # the seconds of each of the probe's logs (every 50 steps)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, i: int) -> None:
+        end = time.perf_counter()
+        if self.start is not None:
+            self.steps.append((*self.state, self.start, end))
+        if i == WARM:
+            self._attach(trainer, pl_module)
+        elif i >= WARM + SETTLE:
+            if not self.plan:
+                arm, first = self.rng.choice(PAIRED_ARMS), self.rng.random() < 0.5
+                self.plan = [(arm, first), (arm, not first)]
+            self._switch(trainer, *self.plan.pop(0))
+        self.start = time.perf_counter()
+        if self.state == (KNOWN, True):
+            busy_wait(KNOWN_S)
+
+    def _attach(self, trainer: Any, pl_module: Any) -> None:
+        probe = self.probe
+        trainer.callbacks.append(probe)
+        probe.setup(trainer, pl_module, "fit")
+        probe.on_train_start(trainer, pl_module)  # where it puts its taps on
+        log = probe._log
+
+        def timed(*args: Any) -> None:
+            start = time.perf_counter()
+            log(*args)
+            self.logs.append(time.perf_counter() - start)
+
+        probe._log = timed  # type: ignore[method-assign]
+        self.state = ("speedprobe", True)
+
+    def _switch(self, trainer: Any, arm: str, on: bool) -> None:
+        was, wrapped = self.state, (arm, on) == ("speedprobe", True)
+        if wrapped != (was == ("speedprobe", True)):
+            # The probe's Taps keeps (owner, name, what it covered, its wrapper) of each
+            for owner, name, before, wrapper in self.probe._taps._put:
+                setattr(owner, name, wrapper if wrapped else before)
+        if was == ("simpleprofiler", True):
+            trainer.profiler = self.passthrough
+        if (arm, on) == ("simpleprofiler", True):
+            self.passthrough, trainer.profiler = trainer.profiler, self.simple
+        self.state = (arm, on)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._switch(trainer, "speedprobe", True)  # its wrappers on, as its teardown takes off
+
+    def pairs(self) -> dict[str, list[float]]:
+        """Per arm, each of its pairs' difference: the step it was on less the step it was
+        off, in seconds."""
+        pairs: dict[str, list[float]] = {arm: [] for arm in PAIRED_ARMS}
+        paired = self.steps[WARM + SETTLE :]
+        for (arm, on, s1, e1), (_, _, s2, e2) in zip(paired[::2], paired[1::2], strict=False):
+            pairs[arm].append(((e1 - s1) - (e2 - s2)) * (1 if on else -1))
+        return pairs
+
+    def sampler_share(self) -> float:
+        """The system sampler's seconds a step on the training path (``readings_cost``)."""
+        sampler = self.probe.sampler
+        if sampler is None:
+            return 0.0
+        paired = self.steps[WARM + SETTLE :]
+        readings = [sample.t for sample in sampler.samples]
+        return readings_cost([(start, end) for *_, start, end in paired], readings)
+
+    def log_share(self) -> float:
+        """The probe's logs' seconds a step it recorded (it logs every 50 of them)."""
+        recorded = sum(1 for arm, on, _, _ in self.steps if (arm, on) == ("speedprobe", True))
+        return sum(self.logs) / recorded if recorded else 0.0
+
+
+def readings_cost(steps: list[tuple[float, float]], readings: list[float]) -> float:
+    """What readings taken in another thread at ``readings`` (times on the steps' clock) add
+    to each of ``steps`` (start, end), in seconds: the thread takes the GIL from the step it
+    reads in, from its stamp on, so a reading costs the step it began in and the next. Each
+    reading's two steps less twice the mean of the two steps either side of them, less the
+    same at a phantom reading halfway to the next: a time drawn at random falls in a long step
+    more often than in a short one, and on a noisy machine that alone reads as milliseconds."""
+    starts = [start for start, _ in steps]
+    lengths = [end - start for start, end in steps]
+
+    def excess(times: list[float]) -> list[float]:
+        added = []
+        for t in times:
+            k = bisect.bisect(starts, t) - 1
+            if 2 <= k < len(steps) - 3:
+                around = lengths[k - 2 : k] + lengths[k + 2 : k + 4]
+                added.append(lengths[k] + lengths[k + 1] - 2 * statistics.fmean(around))
+        return added
+
+    real = excess(readings[1:-1])
+    phantom = excess([(a + b) / 2 for a, b in itertools.pairwise(readings[1:])])
+    if not real or not phantom or not steps:
+        return 0.0
+    return (statistics.fmean(real) - statistics.fmean(phantom)) * len(real) / len(steps)
+
+
+def measure(lab: str, steps: int, seed: int) -> dict[str, Any]:
+    """One fit of ``steps`` steps of ``lab`` as ``StepPairs``, in this process: per arm its
+    pairs' differences, the probe's logs and readings a step, bare's median step."""
+    pairs = StepPairs(random.Random(seed))
+    fit_lab(lab, steps, pairs)
+    off = [end - start for arm, on, start, end in pairs.steps[WARM + SETTLE :] if not on]
+    return {
+        "pairs": pairs.pairs(),
+        "log": pairs.log_share(),
+        "sampler": pairs.sampler_share(),
+        "bare": statistics.median(off),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--cycles", type=int, default=14)
-    parser.add_argument("--block", type=int, default=SETTLE + 2 + READ_EVERY_STEPS)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=36_000)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--clock", choices=CLOCKS, default="wall")
-    parser.add_argument("--places", action="store_true", help="each place in a block, by arm")
-    parser.add_argument(
-        "--timeline", action="store_true", help="an arm on a GPU's path, its events costless"
-    )
-    parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one rotation, as JSON
+    parser.add_argument("--lab", choices=LABS, help=argparse.SUPPRESS)  # one fit, as JSON
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if args.lab:
-        print(json.dumps(measure(args.lab, args)))
+        print(json.dumps(measure(args.lab, args.steps, args.seed)))
         return
-    print(
-        f"{args.repeats} runs x {args.cycles} cycles of {args.block}-step blocks per lab, "
-        f"{args.threads} torch thread(s), {args.clock} time a step; each run in a process of "
-        "its own (a process's memory layout shifts its arms' step times by several us, so the "
-        "interval is over runs as well as blocks)"
-    )
-    rng = random.Random(0)
-    bare_step, added = {}, {}
-    arms = (*ARMS, TIMELINE) if args.timeline else ARMS
-    for lab in LABS:
-        rotations = [rotation(lab, seed) for seed in range(args.repeats)]
-        runs = [
-            {arm: [Paired(*p) for p in ps] for arm, ps in r["paired"].items()} for r in rotations
-        ]
-        every = {arm: [p for r in runs for p in r[arm]] for arm in arms[1:]}
-        bare_step[lab] = statistics.median(p.bare for ps in every.values() for p in ps)
-        print(
-            f"{lab}, mean step {args.clock} time, bare {bare_step[lab] * 1e3:.3f} ms; each arm's "
-            "blocks against the bare blocks either side:"
-        )
-        for arm, pairs in every.items():
-            q1, median, q3 = statistics.quantiles([p.step / p.bare for p in pairs], n=4)
-            per_run = [[p.step - p.bare for p in r[arm]] for r in runs]
-            added[lab, arm] = statistics.median(p.step - p.bare for p in pairs)
-            low, high = (x * 1e6 for x in bootstrap_median(per_run, rng))
-            each = " ".join(f"{statistics.median(x) * 1e6:+.0f}" for x in per_run)
-            print(
-                f"  {arm:15s} {statistics.median(p.step for p in pairs) * 1e3:6.3f} ms   "
-                f"ratio to bare {median:.3f} (IQR {q1:.3f}-{q3:.3f})   "
-                f"added {added[lab, arm] * 1e6:+6.1f} us ({low:+.1f} to {high:+.1f} over "
-                f"{len(pairs)} blocks; runs {each})"
-            )
-        start = {
-            arm: statistics.median(p.start - p.bare_start for p in pairs)
-            for arm, pairs in every.items()
-        }
-        print(
-            f"  the first {SETTLE} steps after a switch, left out above, over bare's: "
-            + ", ".join(f"{arm} {start[arm] * 1e3:+.2f} ms" for arm in arms[1:])
-        )
-        added_at = {arm: places_added(rotations, arm) for arm in arms[1:]}
-        first = added_at["speedprobe"][PROBE_WARMUP : PROBE_WARMUP + 4]
-        print(
-            f"  SpeedProbe's first steady steps after a switch (places {PROBE_WARMUP} to "
-            f"{PROBE_WARMUP + 3}, the median over runs) over bare's: "
-            + " ".join(f"{x:+.0f}" for x in first)
-            + " us (its FLOP count, at place 1, slows places 2 to 4: these show what else of "
-            "an attach lasts into the steady steps)"
-        )
-        if args.places:
-            print("  each place in a block after a switch, the median over runs, over bare's (us):")
-            for arm, added_here in added_at.items():
-                print(f"    {arm:15s}", " ".join(f"{x:+.0f}" for x in added_here))
     mlp, zero = LABS
     print(
-        f"Per-step cost measured on the {zero}, over the {mlp}'s {bare_step[mlp] * 1e3:.3f} ms step:"
+        f"{args.repeats} fits x {args.steps} steps of the {zero}, {args.threads} torch "
+        "thread(s), each in a process of its own; each pair of neighbouring steps has one arm "
+        "on in one step and off in the other, in a drawn order"
     )
-    for arm in arms[1:]:
-        ratio = 1 + added[zero, arm] / bare_step[mlp]
-        print(f"  {arm:15s} {added[zero, arm] * 1e6:+6.1f} us a step: ratio {ratio:.3f}")
-    ratio = 1 + added[zero, "speedprobe"] / bare_step[mlp]
-    print(f"SpeedProbe overhead ratio on the {mlp}: {ratio:.3f} (target <= 1.02)")
-    probe, simple, known = (
-        added[zero, arm] * 1e6 for arm in ("speedprobe", "simpleprofiler", KNOWN)
+    started = time.perf_counter()
+    runs = [
+        in_a_process(__file__, "--lab", zero, "--seed", str(seed)) for seed in range(args.repeats)
+    ]
+    mlp_bare = in_a_process(__file__, "--lab", mlp, "--steps", str(MLP_STEPS))["bare"]
+    rng, added = random.Random(0), {}
+    bare = statistics.median(r["bare"] for r in runs)
+    print(f"{zero}: bare's median step {bare * 1e3:.3f} ms; each arm's step on less off:")
+    for arm in PAIRED_ARMS:
+        per_run = [[x * 1e6 for x in r["pairs"][arm]] for r in runs]
+        added[arm] = statistics.median(x for run in per_run for x in run)
+        low, high = bootstrap_median(per_run, rng)
+        each = " ".join(f"{statistics.median(x):+.1f}" for x in per_run)
+        print(
+            f"  {arm:15s} {added[arm]:+6.1f} us a step ({low:+.1f} to {high:+.1f} over "
+            f"{sum(map(len, per_run))} pairs; fits {each})"
+        )
+    log, sampler = (statistics.fmean(r[part] * 1e6 for r in runs) for part in ("log", "sampler"))
+    probe = added["speedprobe"] + log + sampler
+    each = " ".join(f"{r['sampler'] * 1e6:+.1f}" for r in runs)
+    print(
+        f"  SpeedProbe in all {probe:+.1f} us a step: {added['speedprobe']:+.1f} every step, "
+        f"{log:+.2f} its logs (every 50 steps, each timed), {sampler:+.2f} its system "
+        f"sampler's readings (four a second, in another thread; fits {each})"
     )
+    ratio = 1 + probe / (mlp_bare * 1e6)
+    print(
+        f"SpeedProbe overhead ratio on the {mlp}'s {mlp_bare * 1e3:.3f} ms step: {ratio:.3f} "
+        f"(target <= 1.02); {time.perf_counter() - started:.0f} s in all"
+    )
+    simple, known = added["simpleprofiler"], added[KNOWN]
     missed = known_missed(known)
     held = not missed and probe <= TARGET_US and probe < simple
     print(
         f"{'PASS' if held else 'FAIL'} SpeedProbe {probe:+.1f} us a step (target <= "
         f"{TARGET_US:.0f}, and below SimpleProfiler's {simple:+.1f}; the known "
-        f"{KNOWN_S * 1e6:.0f} us read {known:+.1f}{missed})"
+        f"{KNOWN_S * 1e6:.0f} us read {known:+.1f}, the A/A control {added['bare-again']:+.1f}"
+        f"{missed})"
     )
-    if args.timeline:
-        path = added[zero, TIMELINE] * 1e6
-        print(
-            f"INFO the timeline path {path:+.1f} us a step, {path - probe:+.1f} over the host's "
-            "clock: a GPU's path less its event calls (four records a step, and their reading)"
-        )
 
 
 def known_missed(read_us: float) -> str:
@@ -423,20 +444,6 @@ def known_missed(read_us: float) -> str:
         if 0 <= times <= 2
         else f"; the known cost read {times:.1f} times itself (allowed 0 to 2)"
     )
-
-
-def places_added(rotations: list[dict[str, Any]], arm: str) -> list[float]:
-    """``arm``'s step at each place in its blocks less bare's, in us: the median over runs."""
-    places = min(len(r["places"][arm]) for r in rotations)
-    return [
-        statistics.median((r["places"][arm][i] - r["places"]["bare"][i]) * 1e6 for r in rotations)
-        for i in range(places)
-    ]
-
-
-def rotation(lab: str, seed: int) -> dict[str, Any]:
-    """One rotation of ``lab`` in a fresh process (this script with ``--lab``): ``measure``'s."""
-    return in_a_process(__file__, "--lab", lab, "--seed", str(seed))
 
 
 def in_a_process(script: str, *flags: str) -> Any:
