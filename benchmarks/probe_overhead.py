@@ -27,14 +27,18 @@ to +15.4 (runs of 10 to 14 minutes, 2026-11-28 to 2026-11-30). Neighbouring step
 less: on 2026-12-01, with bare's zero-cost step at 2.7 ms (0.9 ms on a quiet day), 750 pairs an
 arm read the known 10 us to about +-10 us where 168 blocks had read it to +-15.
 
-The default run on 2026-12-01 (6 fits of 36,000 steps, 11 minutes; bare's step 2.347 ms): the A/A
-control -1.0 us (-3.4 to +1.9), the known 10 us +12.7 (+10.4 to +15.2; the busy-wait's call and
-its last turn of the clock add a little), SimpleProfiler +62.9 (+57.5 to +68.3), SpeedProbe
+The default run on 2026-12-01 (6 fits of 36,000 steps, 11 minutes; bare's step 2.347 ms): the
+A/A control -1.0 us (-3.4 to +1.9), the known 10 us +12.7 (+10.4 to +15.2; the busy-wait's call
+and its last turn of the clock add a little), SimpleProfiler +62.9 (+57.5 to +68.3), SpeedProbe
 +12.0 every step (+9.3 to +14.3), +0.16 its logs, +12.0 its sampler's readings (fits +6.6 to
-+23.5): +24.1 in all. A reading cost the zero-cost steps it fell in 2.3 ms (75 readings of a
-fit of 8,000 steps, standard error 0.4 ms), where the same reading taken on the training thread
-itself cost it 0.95 ms: the rest is the GIL handed between the two threads around the reading's
-38 system calls.
++23.5): +24.1 in all. With one torch thread a reading cost the zero-cost steps it fell in 2.3 ms
+(75 readings of a fit of 8,000 steps, standard error 0.4 ms), where the same reading taken on
+the training thread itself cost it 0.95 ms: the rest is the GIL handed between the two threads
+around each of its system calls (38 in a process of two threads); taken by a process of its own,
+the same readings cost the steps nothing (+0.00 and -0.13 ms a reading, two fits of 12,000
+steps). With torch's default two threads on these two cores, the process's readings cost as much
+as the thread's (2.0 and 2.7 ms a reading, against 1.3 and 1.6): the fit keeps both cores busy
+(1.8 cores in this run), so any reading takes one from it.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """
