@@ -264,6 +264,7 @@ class StepPairs(pl.Callback):
         self.rng = rng
         self.probe = SpeedProbe(warmup=PROBE_WARMUP)
         self.simple = SimpleProfiler(dirpath=tempfile.gettempdir(), filename="speedlab-simple")
+        self.passthrough: Any = None  # the trainer's own profiler while SimpleProfiler is in
         self.state: tuple[str, bool] = ("bare", False)
         self.plan: list[tuple[str, bool]] = []
         self.start: float | None = None
@@ -341,9 +342,9 @@ class StepPairs(pl.Callback):
 
 
 def readings_cost(steps: list[tuple[float, float]], readings: list[float]) -> float:
-    """What readings taken in another thread at ``readings`` (times on the steps' clock) add
-    to each of ``steps`` (start, end), in seconds: the thread takes the GIL from the step it
-    reads in, from its stamp on, so a reading costs the step it began in and the next. Each
+    """What readings taken beside the fit at ``readings`` (times on the steps' clock) add to
+    each of ``steps`` (start, end), in seconds: a reading takes the GIL, or a core, from the
+    step it falls in, from its stamp on, so it costs the step it began in and the next. Each
     reading's two steps less twice the mean of the two steps either side of them, less the
     same at a phantom reading halfway to the next: a time drawn at random falls in a long step
     more often than in a short one, and on a noisy machine that alone reads as milliseconds."""
