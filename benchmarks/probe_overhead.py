@@ -317,11 +317,16 @@ class StepPairs(pl.Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._switch(trainer, "speedprobe", True)  # its wrappers on, as its teardown takes off
 
+    @property
+    def paired(self) -> list[tuple[str, bool, float, float]]:
+        """The steps from the first pair on: after the bare steps and the probe's settling."""
+        return self.steps[WARM + SETTLE :]
+
     def pairs(self) -> dict[str, list[float]]:
         """Per arm, each of its pairs' difference: the step it was on less the step it was
         off, in seconds."""
         pairs: dict[str, list[float]] = {arm: [] for arm in PAIRED_ARMS}
-        paired = self.steps[WARM + SETTLE :]
+        paired = self.paired
         for (arm, on, s1, e1), (_, _, s2, e2) in zip(paired[::2], paired[1::2], strict=False):
             pairs[arm].append(((e1 - s1) - (e2 - s2)) * (1 if on else -1))
         return pairs
@@ -331,9 +336,8 @@ class StepPairs(pl.Callback):
         sampler = self.probe.sampler
         if sampler is None:
             return 0.0
-        paired = self.steps[WARM + SETTLE :]
         readings = [sample.t for sample in sampler.samples]
-        return readings_cost([(start, end) for *_, start, end in paired], readings)
+        return readings_cost([(start, end) for *_, start, end in self.paired], readings)
 
     def log_share(self) -> float:
         """The probe's logs' seconds a step it recorded (it logs every 50 of them)."""
@@ -372,7 +376,7 @@ def measure(lab: str, steps: int, seed: int) -> dict[str, Any]:
     pairs' differences, the probe's logs and readings a step, bare's median step."""
     pairs = StepPairs(random.Random(seed))
     fit_lab(lab, steps, pairs)
-    off = [end - start for arm, on, start, end in pairs.steps[WARM + SETTLE :] if not on]
+    off = [end - start for arm, on, start, end in pairs.paired if not on]
     return {
         "pairs": pairs.pairs(),
         "log": pairs.log_share(),
