@@ -38,7 +38,12 @@ around each of its system calls (38 in a process of two threads); taken by a pro
 the same readings cost the steps nothing (+0.00 and -0.13 ms a reading, two fits of 12,000
 steps). With torch's default two threads on these two cores, the process's readings cost as much
 as the thread's (2.0 and 2.7 ms a reading, against 1.3 and 1.6): the fit keeps both cores busy
-(1.8 cores in this run), so any reading takes one from it.
+(1.8 cores in this run), so any reading takes one from it. The same day the reading was made
+cheaper (``speedlab.measure.procfs``: 66 us of Python where it took 374, one system call that
+frees the GIL where it made 38), and the default run read (bare's step 2.319 ms): the A/A -1.0
+(-3.1 to +1.5), the known 10 us +13.7 (+11.1 to +16.0), SimpleProfiler +61.6, SpeedProbe +12.8
+every step (+8.3 to +17.0), +0.17 its logs, +6.2 its sampler's readings (fits +4.4 to +7.7):
++19.2 in all.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """

@@ -17,7 +17,7 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
-from speedlab.measure.system import unique_bytes
+from speedlab.measure.procfs import unique_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

@@ -41,14 +41,16 @@ class CpuQuota:
     cgroup: Path
     usage: Path | None = None
 
-    def used_s(self) -> float | None:
-        """CPU seconds the processes under the quota have used so far; None where unreadable."""
+    def used_s(self, text: str | None = None) -> float | None:
+        """CPU seconds the processes under the quota have used so far; None where unreadable.
+        ``text``: the usage file as read by the caller (the system sampler keeps it open)."""
         if self.usage is None:
             return None
-        try:
-            text = self.usage.read_text()
-        except OSError:
-            return None
+        if text is None:
+            try:
+                text = self.usage.read_text()
+            except OSError:
+                return None
         if self.usage.name == "cpu.stat":
             found = re.search(r"^usage_usec (\d+)$", text, re.MULTILINE)
             return int(found[1]) / 1e6 if found else None

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
@@ -30,9 +29,28 @@ from speedlab.measure.cgroup import cpu_quota
 from speedlab.measure.devices import memory_reserved
 from speedlab.measure.fork_pause import ForkPause
 from speedlab.measure.machine import SHM_PATH, Nvml, imported_torch, usable_cores
+from speedlab.measure.procfs import (
+    ChildFiles,
+    CoreTimes,
+    Pinned,
+    busy_iowait_total,
+    close_all,
+    core_times,
+    pids_in,
+    pinned,
+    resident_bytes,
+    thread_clock,
+    unique_bytes,
+)
 from speedlab.results.system import SystemSummary
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_CPU_FIGURES = (
+    "cpu_percent",
+    "cpu_percent_per_core",
+    "iowait_percent",
+    "main_cpu_percent",
+    "workers_cpu_percent",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,7 @@ class SystemSampler:
         """Take the first sample and start the sampling thread. A sampler runs once."""
         if self._reader is not None:
             raise RuntimeError("SystemSampler.start() was already called; use a new sampler")
-        self._reader = _Reader(threading.get_native_id())
+        self._reader = _Reader(threading.get_ident())
         self._add(self._reader.read())
         self._thread = threading.Thread(
             target=self._loop, args=(self._reader,), name="speedlab-system-sampler", daemon=True
@@ -218,7 +236,6 @@ OVERCOUNTED = (
     "memory adds each worker's whole RSS (its own pages could not be read here), so pages "
     "the workers share with the main process count once per worker"
 )
-_PRIVATE = (b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")
 PAGE_WALK_SHARE = 0.01
 """The most of the time the sampler spends reading workers' own pages while a fit trains.
 Reading a process's smaps_rollup walks its page tables in the kernel, about 13 ms for a worker
@@ -229,72 +246,41 @@ time, the one read longest ago, and the next reading waits until the walks are t
 the time; the reading after training reads every worker."""
 
 
-def unique_bytes(pid: int) -> int | None:
-    """The pages only this process maps (its unique set size), from /proc; None where
-    unreadable.
-
-    A forked worker shares the main process's pages until either writes them, so adding its
-    RSS counts a large dataset or the model once per worker. smaps_rollup is read for workers
-    only, and within ``PAGE_WALK_SHARE`` of the time: reading it walks the process's page
-    tables, which the training process must not wait for.
-    """
-    try:
-        lines = Path(f"/proc/{pid}/smaps_rollup").read_bytes().splitlines()
-    except OSError:
-        return None
-    found = [int(line.split()[1]) * 1024 for line in lines if line.startswith(_PRIVATE)]
-    return sum(found) if found else None
-
-
-def _thread_cpu_s(stat: Path) -> float | None:
-    """A thread's CPU seconds (user + system) from /proc; None where there is no such file."""
-    try:
-        fields = stat.read_bytes().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime: fields 14, 15
-
-
-def _child_pids(pid: int) -> list[int] | None:
-    """Direct children of ``pid`` from /proc; None where the kernel does not list them."""
-    tasks = Path(f"/proc/{pid}/task")
-    try:
-        threads = os.listdir(tasks)
-    except OSError:
-        return None
-    pids: list[int] = []
-    listed = False
-    for tid in threads:
-        try:
-            pids += map(int, (tasks / tid / "children").read_bytes().split())
-            listed = True
-        except OSError:  # the thread ended meanwhile, or no children file at all
-            continue
-    return pids if listed else None
-
-
 class _Reader:
     """Takes samples; keeps the previous readings that per-interval CPU deltas need.
 
     CPU deltas are computed here rather than with `psutil.cpu_percent(interval=None)`,
     whose "since the last call" state is global and shared with any other caller.
+
+    A reading runs beside the training thread and takes the GIL from it: its figures come from
+    files kept open and calls that keep the GIL (``speedlab.measure.procfs``), and of this
+    process's threads only its Python threads' children are read.
     """
 
     def __init__(self, train_thread: int) -> None:
         self._main = psutil.Process(os.getpid())
-        self._thread_stat = Path(f"/proc/self/task/{train_thread}/stat")
+        self._thread_clock = thread_clock(train_thread)
         self._thread_cpu: float | None = None
         self.quota = cpu_quota()
         self._cgroup_cpu: float | None = None
         self._nvml = Nvml()
+        usage = self.quota.usage if self.quota is not None else None
+        self._quota_usage = pinned(str(usage)) if usage is not None else None
+        self._stat = pinned("/proc/stat", 1 << 16)
+        self._statm = pinned("/proc/self/statm")
         self._t: float | None = None
-        self._cpu: list[Any] = []
+        self._cpu: list[CoreTimes] = []
         self._main_cpu = 0.0
         self._reaped_cpu = 0.0
         # Keyed by psutil.Process, which hashes on (pid, create time): a reused pid is a new key.
         self._children_cpu: dict[psutil.Process, float] = {}
         self._known: dict[int, psutil.Process] = {}
-        self._proc_children = _child_pids(self._main.pid) is not None
+        # a Python thread's native id -> its children file, where the kernel lists children
+        self._children_files: dict[int, Pinned] = {}
+        self._proc_children = os.path.exists(
+            f"/proc/self/task/{threading.get_native_id()}/children"
+        )
+        self._files: dict[psutil.Process, ChildFiles] = {}
         # Children alive before the first reading (a kernel's helpers, another loader's
         # persistent workers) are not this run's workers: they are left out of every figure.
         self._before: set[psutil.Process] | None = None
@@ -304,39 +290,93 @@ class _Reader:
         self._own: dict[psutil.Process, int | None] = {}
         self._walk_due = 0.0
 
+    def _own_children(self) -> list[int]:
+        """This process's children, from its Python threads' children files: a DataLoader's
+        workers are forked by the thread that iterates it, and the children of a thread that
+        ends pass to the main thread. Torch's own threads fork nothing."""
+        alive = {thread.native_id for thread in threading.enumerate()}
+        for ended in self._children_files.keys() - alive:
+            self._children_files.pop(ended).close()
+        pids: list[int] = []
+        for tid in alive:
+            if tid not in self._children_files:
+                if (opened := pinned(f"/proc/self/task/{tid}/children")) is None:
+                    continue
+                self._children_files[tid] = opened
+            with suppress(OSError):  # the thread ended meanwhile
+                pids += pids_in(self._children_files[tid])
+        return pids
+
     def _descendants(self) -> list[psutil.Process]:
         """The main process's descendants (DataLoader workers and their children).
 
         Where the kernel lists each thread's children (/proc/PID/task/TID/children) that takes
-        a few small reads; psutil's ``children()`` scans every process on the machine, which
-        at 4 Hz would cost the training process measurable time.
+        a few small reads of files kept open (of a child, its main thread's: a worker's own
+        processes); psutil's ``children()`` scans every process on the machine, which at 4 Hz
+        would cost the training process measurable time.
         """
         if not self._proc_children:
             return self._main.children(recursive=True)
         found: dict[int, psutil.Process] = {}
-        todo = [self._main.pid]
+        todo = self._own_children()
         while todo:
-            for pid in _child_pids(todo.pop()) or ():
-                if pid not in found:
-                    with suppress(psutil.Error):
-                        found[pid] = self._known.get(pid) or psutil.Process(pid)
-                        todo.append(pid)
+            pid = todo.pop()
+            if pid not in found:
+                with suppress(psutil.Error, OSError):  # it ended meanwhile
+                    child = self._known.get(pid) or psutil.Process(pid)
+                    children = self._files_of(child).children
+                    found[pid] = child
+                    todo += pids_in(children) if children else ()
+        for gone in self._files.keys() - found.values():
+            self._files.pop(gone).close()
         self._known = found
         return list(found.values())
+
+    def _files_of(self, child: psutil.Process) -> ChildFiles:
+        if (files := self._files.get(child)) is None:
+            files = self._files[child] = ChildFiles(child.pid)
+        return files
+
+    def _usage(self, child: psutil.Process) -> tuple[float, int]:
+        """A child's CPU seconds and resident bytes: from its /proc files, kept open, where
+        this process's are, else from psutil."""
+        if self._stat is None:
+            with child.oneshot():
+                times = child.cpu_times()
+                return times.user + times.system, child.memory_info().rss
+        return self._files_of(child).usage()
+
+    def _cgroup_used_s(self) -> float | None:
+        if self.quota is None:
+            return None
+        if self._quota_usage is None:
+            return self.quota.used_s()
+        try:
+            return self.quota.used_s(self._quota_usage.read().decode())
+        except OSError:
+            return None
+
+    def _rss(self) -> int:
+        if self._statm is None:
+            return self._main.memory_info().rss
+        return resident_bytes(self._statm)
 
     def read(self, every_worker: bool = False) -> SystemSample:
         """A sample of now; ``every_worker``: each worker's own pages read afresh, whatever
         their budget (the reading after training)."""
         t = time.perf_counter()
-        cpu = psutil.cpu_times(percpu=True)
-        cgroup_cpu = self.quota.used_s() if self.quota is not None else None
-        main_times = self._main.cpu_times()
+        cpu = core_times(self._stat)
+        cgroup_cpu = self._cgroup_used_s()
+        main_times = os.times()
         main_cpu = main_times.user + main_times.system
-        thread_cpu = _thread_cpu_s(self._thread_stat)
+        thread_cpu = None
+        if self._thread_clock is not None:
+            with suppress(OSError):  # the thread has ended
+                thread_cpu = time.clock_gettime(self._thread_clock)
         # CPU time of children that have exited and been waited for lands here.
         reaped_cpu = main_times.children_user + main_times.children_system
         # Pages a worker shares with the main process are in the main process's RSS already.
-        rss = self._main.memory_info().rss
+        rss = self._rss()
         rss_counted = False
         children_cpu: dict[psutil.Process, float] = {}
         before_cpu: dict[psutil.Process, float] = {}
@@ -346,79 +386,68 @@ class _Reader:
         self._walk([c for c in descendants if c not in self._before], every_worker)
         for child in descendants:
             try:
-                with child.oneshot():
-                    times = child.cpu_times()
-                    if child not in self._before:
-                        own = self._own.get(child, 0)
-                        rss += child.memory_info().rss if own is None else own
-                        rss_counted |= own is None
-            except psutil.Error:
+                child_cpu, child_rss = self._usage(child)
+            except (psutil.Error, OSError):
                 continue
+            if child not in self._before:
+                own = self._own.get(child, 0)
+                rss += child_rss if own is None else own
+                rss_counted |= own is None
             owner = before_cpu if child in self._before else children_cpu
-            owner[child] = times.user + times.system
-
+            owner[child] = child_cpu
+        # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.
+        self._before_reaped_cpu += sum(
+            c for p, c in self._before_cpu.items() if p not in before_cpu
+        )
+        reaped_cpu -= self._before_reaped_cpu
+        dt = t - self._t if self._t is not None and t > self._t else None
         gpu_util, gpu_mem = self._nvml.read()
         torch = imported_torch()
         sample = SystemSample(
             t=t,
-            cpu_percent=None,
-            cpu_percent_per_core=None,
-            iowait_percent=None,
-            main_cpu_percent=None,
-            workers_cpu_percent=None,
+            **self._cpu_figures(dt, cpu, main_cpu, reaped_cpu, children_cpu),
             rss_bytes=rss,
             workers=len(children_cpu),
             shm_used_bytes=_shm_used(),
             torch_threads=torch.get_num_threads() if torch is not None else None,
             gpu_util_percent=gpu_util,
             gpu_mem_bytes=gpu_mem if gpu_mem is not None else memory_reserved(),
+            train_thread_cpu_percent=_rate(thread_cpu, self._thread_cpu, dt),
             workers_rss_counted=rss_counted,
+            cgroup_cpu_percent=_rate(cgroup_cpu, self._cgroup_cpu, dt),
         )
-        # An older child, once reaped, adds its CPU time to reaped_cpu: not this run's.
-        self._before_reaped_cpu += sum(
-            c for p, c in self._before_cpu.items() if p not in before_cpu
-        )
-        reaped_cpu -= self._before_reaped_cpu
-        if self._t is not None and t > self._t:
-            sample = self._with_cpu(sample, t - self._t, cpu, main_cpu, reaped_cpu, children_cpu)
-            if thread_cpu is not None and self._thread_cpu is not None:
-                busy = max(0.0, thread_cpu - self._thread_cpu)
-                sample = replace(sample, train_thread_cpu_percent=100.0 * busy / (t - self._t))
-            if cgroup_cpu is not None and self._cgroup_cpu is not None:
-                used = max(0.0, cgroup_cpu - self._cgroup_cpu)
-                sample = replace(sample, cgroup_cpu_percent=100.0 * used / (t - self._t))
         self._t, self._cpu, self._main_cpu = t, cpu, main_cpu
         self._thread_cpu, self._cgroup_cpu = thread_cpu, cgroup_cpu
         self._before_cpu = before_cpu
         self._reaped_cpu, self._children_cpu = reaped_cpu, children_cpu
         return sample
 
-    def _with_cpu(
+    def _cpu_figures(
         self,
-        sample: SystemSample,
-        dt: float,
-        cpu: list[Any],
+        dt: float | None,
+        cpu: list[CoreTimes],
         main_cpu: float,
         reaped_cpu: float,
         children_cpu: dict[psutil.Process, float],
-    ) -> SystemSample:
-        """The sample with the CPU figures of the interval `dt` since the previous reading."""
+    ) -> dict[str, Any]:
+        """The CPU figures of the interval `dt` since the previous reading (None: the first)."""
+        if dt is None:
+            return dict.fromkeys(_CPU_FIGURES)
         # A child first seen now was born since the previous reading: all its CPU time is new.
         live = sum(c - self._children_cpu.get(p, 0.0) for p, c in children_cpu.items())
         gone_seen = sum(c for p, c in self._children_cpu.items() if p not in children_cpu)
         # Reaped children's totals appear in reaped_cpu; what we had already counted is removed.
         unseen = max(0.0, reaped_cpu - self._reaped_cpu - gone_seen)
-        cores = [_busy_iowait_total(b, a) for b, a in zip(self._cpu, cpu, strict=False)]
+        cores = [busy_iowait_total(b, a) for b, a in zip(self._cpu, cpu, strict=False)]
         total = sum(c[2] for c in cores)
-        has_iowait = "iowait" in cpu[0]._fields
-        return replace(
-            sample,
-            cpu_percent=_percent(sum(c[0] for c in cores), total),
-            cpu_percent_per_core=[_percent(busy, tot) for busy, _, tot in cores],
-            iowait_percent=_percent(sum(c[1] for c in cores), total) if has_iowait else None,
-            main_cpu_percent=100.0 * max(0.0, main_cpu - self._main_cpu) / dt,
-            workers_cpu_percent=100.0 * max(0.0, live + unseen) / dt,
-        )
+        has_iowait = bool(cpu) and cpu[0][2] is not None
+        return {
+            "cpu_percent": _percent(sum(c[0] for c in cores), total),
+            "cpu_percent_per_core": [_percent(busy, tot) for busy, _, tot in cores],
+            "iowait_percent": _percent(sum(c[1] for c in cores), total) if has_iowait else None,
+            "main_cpu_percent": 100.0 * max(0.0, main_cpu - self._main_cpu) / dt,
+            "workers_cpu_percent": 100.0 * max(0.0, live + unseen) / dt,
+        }
 
     def _walk(self, workers: list[psutil.Process], every_worker: bool) -> None:
         """Read the own pages of the worker read longest ago (one never read first), where
@@ -441,17 +470,16 @@ class _Reader:
 
     def close(self) -> None:
         self._nvml.close()
+        close_all(self._stat, self._statm, self._quota_usage, *self._children_files.values())
+        for files in self._files.values():
+            files.close()
 
 
-def _busy_iowait_total(before: Any, after: Any) -> tuple[float, float, float]:
-    """Busy, iowait and total CPU seconds of one core between two `psutil.cpu_times` readings.
-
-    Same accounting as psutil: guest time is already inside user/nice, iowait counts as idle.
-    """
-    delta = {name: a - b for name, a, b in zip(after._fields, after, before, strict=True)}
-    total = sum(delta.values()) - delta.get("guest", 0.0) - delta.get("guest_nice", 0.0)
-    iowait = delta.get("iowait", 0.0)
-    return max(0.0, total - delta["idle"] - iowait), max(0.0, iowait), total
+def _rate(now: float | None, before: float | None, dt: float | None) -> float | None:
+    """Percent of one core that a CPU clock read ``before`` and ``now``, ``dt`` apart, ran."""
+    if now is None or before is None or dt is None:
+        return None
+    return 100.0 * max(0.0, now - before) / dt
 
 
 def _percent(part: float, whole: float) -> float:

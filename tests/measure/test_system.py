@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import json
 import math
 import multiprocessing
@@ -103,6 +104,73 @@ def _burn_then_wait(cpu_s: float, ready: Event, release: Event) -> None:
     burn_cpu(cpu_s)
     ready.set()
     release.wait(30)
+
+
+@pytest.mark.parametrize("thread_ends", [False, True])
+def test_a_worker_forked_by_another_thread_is_seen(thread_ends: bool) -> None:
+    """The sampler reads its Python threads' children: a worker forked by a thread that is
+    not the one that started it counts, and still does once that thread has ended (the
+    kernel hands its children to the main thread)."""
+    ready, release, forked, done = FORK.Event(), FORK.Event(), threading.Event(), threading.Event()
+    worker = FORK.Process(target=_burn_then_wait, args=(0.3, ready, release))
+
+    def fork() -> None:
+        worker.start()
+        forked.set()
+        if not thread_ends:
+            done.wait(30)
+
+    thread = threading.Thread(target=fork)
+    try:
+        with SystemSampler(interval_s=60) as sampler:
+            thread.start()
+            assert forked.wait(30) and ready.wait(30)
+            if thread_ends:
+                thread.join()
+        summary = sampler.stop()
+    finally:
+        release.set()
+        done.set()
+        thread.join()
+        worker.join()
+    assert summary.peak_workers == 1
+    assert worker_cpu_s(summary) == pytest.approx(0.3, abs=0.1)
+
+
+def test_a_reading_opens_no_file_once_the_first_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system call that frees the GIL hands it to the training thread and back: a reading
+    reads again the files it keeps open, a worker's too (a cgroup's usage file apart)."""
+    ready, release = FORK.Event(), FORK.Event()
+    worker = FORK.Process(target=hold_memory, args=(50 * 2**20, ready, release))
+    reader = speedlab.measure.system._Reader(threading.get_ident())
+    reader.read()
+    worker.start()
+    opened: list[str] = []
+    try:
+        assert ready.wait(30)
+        reader.read()  # the first to see the worker
+        real_open, real_io_open = os.open, io.open
+
+        def os_open(path: str, *args: object, **kwargs: object) -> int:
+            opened.append(str(path))
+            return real_open(path, *args, **kwargs)
+
+        def io_open(file: object, *args: object, **kwargs: object) -> object:
+            opened.append(str(file))
+            return real_io_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr("builtins.open", io_open)
+        sample = reader.read()
+        monkeypatch.undo()
+    finally:
+        release.set()
+        worker.join()
+        reader.close()
+    usage = str(reader.quota.usage) if reader.quota is not None else None
+    assert [path for path in opened if path != usage] == []
+    assert sample.workers == 1 and len(sample.cpu_percent_per_core) == psutil.cpu_count()
+    assert sample.rss_bytes >= psutil.Process().memory_info().rss
 
 
 def test_rss_includes_a_worker_holding_200_mb() -> None:
