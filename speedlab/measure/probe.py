@@ -208,38 +208,27 @@ class _SpeedProbeCore:
             call = [steady if not watch_errors and not warm else watched]
             return call
 
-        def recorded(start: float, end: float, kwargs: Any, outputs: Any) -> Any:
-            samples = full if full and not fetcher.done else size(batch_of(kwargs))
-            record((fetched(), moved[0], start, end, samples))
-            if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
-                trained[0] = outputs
-            if after is not None:
-                after(end)
-            if not len(steps) % every:
-                self._log(trainer, len(steps) - 1)
-            return outputs
-
-        def automatic(original: Any) -> Any:  # the methods' own signatures: *args costs more
+        def runs(original: Any) -> Any:
+            """Either optimization loop's ``run`` (automatic: optimizer, batch_idx, kwargs;
+            manual: kwargs), stamped, in one frame: what the step reads here comes from memory
+            where Lightning's work has emptied the caches (``benchmarks/probe_step_path.py``)."""
             call = through(original)
 
-            def trains(optimizer: Any, batch_idx: int, kwargs: Any) -> Any:
+            def trains(*args: Any) -> Any:
                 if not self._active:
-                    return original(optimizer, batch_idx, kwargs)
+                    return original(*args)
                 start = _perf()
-                outputs = call[0](optimizer, batch_idx, kwargs)
-                return recorded(start, _perf(), kwargs, outputs)
-
-            return trains
-
-        def manual(original: Any) -> Any:
-            call = through(original)
-
-            def trains(kwargs: Any) -> Any:
-                if not self._active:
-                    return original(kwargs)
-                start = _perf()
-                outputs = call[0](kwargs)
-                return recorded(start, _perf(), kwargs, outputs)
+                outputs = call[0](*args)
+                end = _perf()
+                samples = full if full and not fetcher.done else size(batch_of(args[-1]))
+                record((fetched(), moved[0], start, end, samples))
+                if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
+                    trained[0] = outputs
+                if after is not None:
+                    after(end)
+                if not len(steps) % every:
+                    self._log(trainer, len(steps) - 1)
+                return outputs
 
             return trains
 
@@ -255,8 +244,8 @@ class _SpeedProbeCore:
             taps.put(trainer.strategy, "batch_to_device", to_device)
         if inside or watch_errors:  # the fetches' ends inside a step, a rank's errors
             taps.put(loop, "_on_after_fetch", fetch_end)
-        taps.put(loop.automatic_optimization, "run", automatic)
-        taps.put(loop.manual_optimization, "run", manual)
+        taps.put(loop.automatic_optimization, "run", runs)
+        taps.put(loop.manual_optimization, "run", runs)
         if mid_epoch:
             taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
             taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)

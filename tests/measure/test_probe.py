@@ -356,10 +356,10 @@ class StepCalls(pl.Callback):
 
 def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
     """The training path only stamps the clock and appends the step: per steady step on the
-    CPU, the probe's own Python is its wrapper of the training call and the recording (the
-    fetch's edges are C stamps), which replace the four frames of Lightning's profiler calls
-    there; it calls into C for the clock, the append and a length alone. Counted, not timed: a
-    count no noisy machine moves."""
+    CPU, the probe's own Python is one frame, its wrapper of the training call (the fetch's
+    edges are C stamps), which replace the four frames of Lightning's profiler calls there; it
+    calls into C for the clock, the append and a length alone. Counted, not timed: a count no
+    noisy machine moves."""
     window = range(20, 120)
     counts = {}
     for arm in ("bare", "probe"):
@@ -374,14 +374,14 @@ def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
         counts[arm] = calls
     steps = len(window)
     ours = {name: n for (file, name), n in counts["probe"].python.items() if PROBE in file}
-    assert ours == {"trains": steps, "recorded": steps}
+    assert ours == {"trains": steps}
     assert counts["probe"].from_probe == {
         "perf_counter": 2 * steps,
         "append": steps,
         "len": steps,
     }
     bare, probed = (sum(counts[arm].python.values()) for arm in ("bare", "probe"))
-    assert probed <= bare - 2 * steps, (bare / steps, probed / steps)
+    assert probed <= bare - 3 * steps, (bare / steps, probed / steps)
 
 
 def test_works_with_pytorch_lightning_imports() -> None:
