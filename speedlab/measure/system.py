@@ -327,8 +327,6 @@ class _Reader:
                     children = self._files_of(child).children
                     found[pid] = child
                     todo += pids_in(children) if children else ()
-        for gone in self._files.keys() - found.values():
-            self._files.pop(gone).close()
         self._known = found
         return list(found.values())
 
@@ -381,6 +379,8 @@ class _Reader:
         children_cpu: dict[psutil.Process, float] = {}
         before_cpu: dict[psutil.Process, float] = {}
         descendants = self._descendants()
+        for gone in self._files.keys() - set(descendants):
+            self._files.pop(gone).close()
         if self._before is None:
             self._before = set(descendants)
         self._walk([c for c in descendants if c not in self._before], every_worker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -171,6 +172,40 @@ def test_a_reading_opens_no_file_once_the_first_is_taken(monkeypatch: pytest.Mon
     assert [path for path in opened if path != usage] == []
     assert sample.workers == 1 and len(sample.cpu_percent_per_core) == psutil.cpu_count()
     assert sample.rss_bytes >= psutil.Process().memory_info().rss
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_workers_files_are_closed_once_it_is_gone(listed: bool) -> None:
+    """The files a reading keeps open for a worker are closed at the first reading after it
+    ends: a fit whose loaders start workers each epoch leaves no descriptors behind. Also
+    where the kernel lists no thread's children and psutil finds the workers (``listed``)."""
+
+    def opened_for(pid: int) -> list[str]:
+        paths = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return [path for path in paths if path.startswith(f"/proc/{pid}/")]
+
+    ready, release = FORK.Event(), FORK.Event()
+    worker = FORK.Process(target=hold_memory, args=(2**20, ready, release))
+    reader = speedlab.measure.system._Reader(threading.get_ident())
+    reader._proc_children &= listed
+    try:
+        reader.read()
+        worker.start()
+        assert ready.wait(30)
+        assert reader.read().workers == 1
+        held = opened_for(worker.pid)
+        release.set()
+        worker.join()
+        assert reader.read().workers == 0
+        assert opened_for(worker.pid) == []
+    finally:
+        release.set()
+        worker.join()
+        reader.close()
+    assert len(held) == 3  # its stat, statm and its main thread's children
 
 
 def test_rss_includes_a_worker_holding_200_mb() -> None:
