@@ -209,7 +209,18 @@ def test_workers_on_a_cell_the_device_limits_are_within_noise() -> None:
     # stall of 90 ms among 34 waits takes their average from 2 ms to 4.7 ms (a CI run once read
     # an average of 4.73 ms against 5.23 ms; its waits were not kept, the message keeps them).
     waits = [typical_host_wait(run) for run in sweep.runs]
-    assert waits[1] < 0.9 * waits[0], [run.records["host_data_time"] for run in sweep.runs]
+    # Two workers cut the wait only where they make batches faster than the host alone. A CI
+    # run (2026-12-01) read 8.58 ms without workers and 8.55 with, other processes under half a
+    # core, where alone here the host waits 5.2 to 5.7 ms and 1.9 to 2.6; its workers' own times
+    # were not kept. Sleeps woken late show in no CPU figure, so the workers' stamps decide.
+    stamps = with_workers.records["pipeline"]
+    made = statistics.median(e - s for s, e in zip(stamps["start"], stamps["end"], strict=True))
+    if made / 2 >= 0.9 * waits[0]:
+        pytest.skip(
+            f"the workers took {made * 1e3:.1f} ms a batch of 4 ms of sleeps, two of them no "
+            f"faster than the host alone ({waits[0] * 1e3:.1f} ms): the machine woke them late"
+        )
+    assert waits[1] < 0.9 * waits[0], (made, [run.records["host_data_time"] for run in sweep.runs])
 
 
 def typical_host_wait(run: RunResult) -> float:
