@@ -163,7 +163,7 @@ class ProbeCalls:
         """The training batch ended; the probe records the step."""
         self.timeline.end()
         log = self.log
-        log.steps.append((len(log.begins), log.moved[0], self._start, time.perf_counter(), 8))
+        log.steps.append((len(log.begins), log.moved[-1], self._start, time.perf_counter(), 8))
 
     def close(self) -> None:
         self.timeline.close()

@@ -3,12 +3,13 @@
 Timing points come from the calls Lightning's fit loop makes every step: the epoch loop's
 ``_on_before_fetch`` and ``_on_after_fetch`` around a batch's fetch, the strategy's
 ``batch_to_device``, and the optimization loop's ``run`` (``run_training_batch``). The probe
-wraps each on the trainer's own loop and strategy for the fit (``speedlab.measure.taps``):
+wraps each on the trainer's own loop and strategy for the fit (``speedlab.measure.path``, by
+``speedlab.measure.taps``):
 nothing of the user's is touched, and a step costs no callback hook and no profiler context.
-Where a fetch's edge only drives the default profiler, which does nothing, a stamp run in C
-takes its place (``speedlab.measure.compat.quiet_fetch``): no Python frame on the step. The
-path only stamps the clock into the step log (``speedlab.measure.steps``, which builds the
-records on reading): no tensor allocation, no ``.item()``, no synchronize.
+Where a fetch's edge only drives the default profiler, which does nothing, the stamp takes its
+place (``speedlab.measure.compat.quiet_fetch``). The path only stamps the clock into the step
+log (``speedlab.measure.steps``, which builds the records on reading): no tensor allocation,
+no ``.item()``, no synchronize.
 
 - data_time: from the fetch start (the epoch's start for its first step: worker start-up) to
   the end of ``batch_to_device`` (loader wait + host-to-device transfer). On a device that
@@ -28,24 +29,22 @@ host's wait. Warm-up steps carry the watches (``watches``); devices differ by ``
 from __future__ import annotations
 
 import contextlib
-import itertools
-import operator
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from speedlab.measure.compat import batch_untouched, callback_bases, feeds_iterator, quiet_fetch
-from speedlab.measure.devices import Device, device_for
-from speedlab.measure.devices.events import Timeline, stamped
+from speedlab.measure.compat import callback_bases
+from speedlab.measure.devices import device_for
+from speedlab.measure.devices.events import Timeline
 from speedlab.measure.flops import counted_step, peak_of
 from speedlab.measure.numerics import matmul_precision
+from speedlab.measure.path import attach
 from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
 from speedlab.measure.watches import WarmupWatches
-from speedlab.measure.workload import batch_size_of, full_batch, samples_of, workload_of
+from speedlab.measure.workload import workload_of
 from speedlab.results.run import Phase, RunResult
 from speedlab.results.steady import steady
 from speedlab.results.system import SystemSummary
@@ -84,6 +83,8 @@ class _SpeedProbeCore:
         self.sampler: SystemSampler | None = None
         self._result: RunResult | None = None
         self._taps = Taps()
+        self._off: Any = lambda: None  # turns the fit's wrappers into ones that pass calls on
+        self._last: tuple[int, int] | None = None  # the loader's batches, its last's samples
         self._active = False
         self.exception: BaseException | None = None
         self.distributed = RankRecorder()  # per-rank records, sync time (speedlab.measure.ranks)
@@ -111,145 +112,6 @@ class _SpeedProbeCore:
         self._sync_step: Any = None  # a rank's sync timer's close_step, in a distributed fit
         self._active = True
 
-    def _attach_taps(self, trainer: Any, device: Device) -> None:
-        """Wrap the calls that bound each step on the trainer's loop and strategy. After the fit
-        they pass calls on: another probe's wrappers may sit on top, and put them back."""
-        loop, ranks = trainer.fit_loop.epoch_loop, self.distributed
-        watch_errors = ranks.in_child  # a rank process keeps the error that ended its step
-        timeline, log = self._timeline, self._steps
-        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
-        log.fetches_inside = inside = feeds_iterator(fetcher)
-        if timeline is not None:
-            timeline.watch(log)
-        moved, steps, record, fetched = log.moved, log.steps, log.steps.append, log.begins.__len__
-        begins = log.begins.append
-        loaders, every, trained = self._loaders, self.log_every_n_steps, self._trained
-        size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
-        # A step fed the loader's iterator counts its fetches' samples (StepLog.size_fetches)
-        sized = (lambda _: log.size_fetches(fetcher, size)) if inside else None
-        batch_of = sized or operator.itemgetter("batch")
-        # where torch's own batching fixes a batch's samples, the last batch alone is sized
-        full = full_batch(trainer, fetcher)  # None for several loaders or the fed iterator
-        after = self._after_step if timeline is not None or self._sync_step else None
-        host_clock = timeline is None and not inside and not watch_errors  # stamps only
-        moved_as_fetched = (  # the batch is on the device as its fetch ends
-            host_clock
-            and device.host_memory
-            and batch_untouched(trainer)
-            and quiet_fetch(trainer, "_on_after_fetch")
-        )
-
-        def fetch_start(original: Any) -> Any:
-            quiet = quiet_fetch(trainer, "_on_before_fetch")
-            if host_clock and quiet:
-                return map(begins, iter(_perf, None)).__next__  # the stamp in C: no frame
-            stamp = timeline.fetch_start if timeline is not None else None
-
-            def fetch_starts() -> None:
-                if not quiet:
-                    original()
-                if self._active:
-                    begins(_perf())
-                    if stamp is not None:
-                        stamp()
-
-            return fetch_starts
-
-        def fetch_end(original: Any) -> Any:
-            stamp = timeline.fetch_end if timeline is not None and inside else None
-
-            def fetch_ends() -> None:
-                if watch_errors and (error := sys.exc_info()[1]) is not None:
-                    ranks.saw(error)
-                if self._active:
-                    if inside:
-                        log.fetch_ended(_perf(), fetcher, size)
-                    if stamp is not None:
-                        stamp()
-                original()
-
-            return fetch_ends
-
-        def to_device(original: Any) -> Any:
-            # The device's mark of a fetch's end: nothing is queued between it and the copy.
-            stamp = timeline.fetch_end if timeline is not None and not inside else None
-
-            def on_device(batch: Any, device: Any = None, dataloader_idx: int = 0) -> Any:
-                if stamp is not None and self._active:
-                    stamp()
-                batch = original(batch, device, dataloader_idx)
-                moved[0] = _perf()
-                return batch
-
-            return on_device
-
-        def through(original: Any) -> list[Any]:
-            """The training batch with the warm-up's watches, device stamps, a rank's error."""
-            warm = self.warmup if self._watches.each else 0  # steps below it run the watches
-            steady = original if timeline is None else stamped(timeline, original)
-
-            def watched(*args: Any) -> Any:
-                index = len(steps)
-                watching = index < warm
-                if watching:
-                    self._watches.enter(index)
-                try:
-                    return steady(*args)
-                except BaseException as error:
-                    if watch_errors:
-                        ranks.saw(error)
-                    raise
-                finally:
-                    if watching:
-                        self._watches.exit()
-                    if not watch_errors and index + 1 >= warm:
-                        call[0] = steady
-
-            call = [steady if not watch_errors and not warm else watched]
-            return call
-
-        def runs(original: Any) -> Any:
-            """Either optimization loop's ``run`` (automatic: optimizer, batch_idx, kwargs;
-            manual: kwargs), stamped, in one frame: what the step reads here comes from memory
-            where Lightning's work has emptied the caches (``benchmarks/probe_step_path.py``)."""
-            call = through(original)
-
-            def trains(*args: Any) -> Any:
-                if not self._active:
-                    return original(*args)
-                start = _perf()
-                outputs = call[0](*args)
-                end = _perf()
-                samples = full if full and not fetcher.done else size(batch_of(args[-1]))
-                record((fetched(), moved[0], start, end, samples))
-                if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
-                    trained[0] = outputs
-                if after is not None:
-                    after(end)
-                if not len(steps) % every:
-                    self._log(trainer, len(steps) - 1)
-                return outputs
-
-            return trains
-
-        # The fetcher takes the loop's methods as each epoch starts: attached mid-epoch, it
-        # holds them already and gets the wrappers now.
-        mid_epoch = getattr(fetcher, "_start_profiler", None) == loop._on_before_fetch
-        taps = self._taps
-        taps.put(loop, "_on_before_fetch", fetch_start)
-        if moved_as_fetched:  # in the loop's call that does nothing, the stamp in C
-            stamp = map(moved.__setitem__, itertools.repeat(0), iter(_perf, None)).__next__
-            taps.put(loop, "_on_after_fetch", lambda _: stamp)
-        else:
-            taps.put(trainer.strategy, "batch_to_device", to_device)
-        if inside or watch_errors:  # the fetches' ends inside a step, a rank's errors
-            taps.put(loop, "_on_after_fetch", fetch_end)
-        taps.put(loop.automatic_optimization, "run", runs)
-        taps.put(loop.manual_optimization, "run", runs)
-        if mid_epoch:
-            taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
-            taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)
-
     def _finish(self) -> None:
         if not self._active:
             return
@@ -269,6 +131,7 @@ class _SpeedProbeCore:
                     stop.callback(self.sampler.stop)
                 stop.callback(self._steps.heap.stop)
                 stop.callback(self._taps.remove)
+                stop.callback(self._off)
         self._active = False
         self._result = self.distributed.finish(self._build_result(), self.exception)
 
@@ -348,7 +211,7 @@ class _SpeedProbeCore:
         self.distributed.start(trainer, lambda error: self.on_exception(trainer, pl_module, error))
         self._sync_step = getattr(self.distributed.sync, "close_step", None)
         self._steps.heap.start()
-        self._attach_taps(trainer, device)
+        self._off = attach(self, trainer, device)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         now = _perf()
@@ -357,14 +220,18 @@ class _SpeedProbeCore:
         if self._timeline is not None:
             self._timeline.epoch(trainer.current_epoch)
 
-    def _log(self, trainer: Any, index: int) -> None:
+    def _log(self, trainer: Any) -> None:
+        """Every ``log_every_n_steps`` steps, as the last one's batch ends: a loss point, and
+        the recent steps' figures to the trainer's loggers."""
+        records = self.records
+        index = len(records["data_time"]) - 1
         if (loss := self._last_loss()) is not None:
             self._losses.append((index, loss))
         known = index + 1 if (settled := self.settled) is None else min(index + 1, settled)
         if not trainer.loggers or not known:
             return
         n, workers = self.log_every_n_steps, self._workload.get("loader_workers", 0)
-        recent = steady(self.records, range(known)[-n:], workers)
+        recent = steady(records, range(known)[-n:], workers)
         metrics = {f"speedlab/{k}": getattr(recent, k) for k in ("data_time", "batch_time")}
         metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:
@@ -377,6 +244,11 @@ class _SpeedProbeCore:
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._close_step(_perf())
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+        if self._active and self._last is not None:
+            batches, samples = self._last  # a sized loader's fetcher fetches no batch ahead
+            if getattr(fetcher, "fetched", 0) == batches:
+                self._steps.last_batch(samples)  # the epoch's last step trained it
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = _perf()

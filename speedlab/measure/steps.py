@@ -1,14 +1,18 @@
 """A fit's training steps as SpeedProbe's training path leaves them, and the step records built
 from them off that path.
 
-Inside Lightning's step each line the probe runs costs 0.2-0.3 us (its caches are cold by then),
-so the path keeps only stamps: one at each fetch start (``begins``), the time the latest batch
-reached the device (``moved``), and one tuple a step (``steps``). The rest of a record is
-worked out here when the records are read (the live view's thread, the probe's logging, a
-device's timeline, the fit's end): the step's origin, its data_time, its wall once the next
-fetch or the epoch's end closes it (less validation run in between), its phase and epoch, and
-its ``gc_time``: the full garbage collections that began in it (``speedlab.measure.heap``,
-whose callback stamps them in ``heap.spans`` in whichever thread collects).
+Inside Lightning's step what the probe touches has left the caches (``benchmarks/probe_cold.py``:
+each object or code path it reaches costs about a microsecond), so the path keeps only stamps:
+one at each fetch start (``begins``), one as each batch reached the device (``moved``), and a
+step's training batch either as a tuple (``steps``) or, on the CPU where torch's batching fixes
+the batches (``full``), as its start and end alone (``stamps``: the fetches and the move before
+each are found by time here, the loader's last batch sized at its epoch's end, ``last_batch``).
+The rest of a record is worked out here when the records are read (the live view's thread, the
+probe's logging, a device's timeline, the fit's end): the step's origin, its data_time, its
+wall once the next fetch or the epoch's end closes it (less validation run in between), its
+phase and epoch, and its ``gc_time``: the full garbage collections that began in it
+(``speedlab.measure.heap``, whose callback stamps them in ``heap.spans`` in whichever thread
+collects).
 
 A step's origin is the last fetch start before its training batch, or its epoch's start for an
 epoch's first step (its wait includes the workers' start-up). Its data_time runs from there to
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -44,8 +49,10 @@ class StepLog:
     def __init__(self, t0: float, warmup: int = 0, compiled: bool = False) -> None:
         self.t0 = t0
         self.begins: list[float] = []  # each fetch start while the probe is on
-        self.moved = [0.0]  # when the latest batch reached the device
+        self.moved = [0.0]  # each time a batch reached the device (the latest last)
         self.steps: list[Step] = []
+        self.stamps: list[float] = []  # start, end, start, ... of steps not yet in ``steps``
+        self.full = 0  # the samples of each stamped step
         self.fetches_inside = False  # steps fetch their batches in their training
         self.fetch_ends: list[float] = []  # each fetch's end, where they do
         self.fetch_samples: list[int] = []  # the samples each of those fetches brought
@@ -73,6 +80,17 @@ class StepLog:
         self._epochs[len(self.steps)] = (now, epoch)
         self._handed = 0  # the fetcher counts again from its epoch's start
 
+    def last_batch(self, samples: int) -> None:
+        """The last step trained its loader's last batch, of ``samples``: a stamped step
+        counted ``full`` ones (safe to repeat)."""
+        with self._lock:
+            self._absorb()
+            index = len(self.steps) - 1
+            if index >= 0:
+                self.steps[index] = (*self.steps[index][:4], samples)
+                if index < self._built:
+                    self.records["samples"][index] = samples
+
     def fetch_ended(self, now: float, fetcher: Any, size: Callable[[Any], int]) -> None:
         """Where steps fetch inside: a fetch ended ``now``, and the one before it is sized."""
         self.size_fetches(fetcher, size)
@@ -90,11 +108,15 @@ class StepLog:
 
     def held(self) -> bool:
         """Whether the next step is its epoch's first, which waits from the epoch's start."""
+        with self._lock:
+            self._absorb()
         return len(self.steps) in self._epochs
 
     def open_step(self) -> int | None:
         """The last step, until a fetch start (the next step's, where steps fetch inside) or
         ``close`` ends it."""
+        with self._lock:
+            self._absorb()
         index = len(self.steps) - 1
         if index < 0 or index in self._closes:
             return None
@@ -122,6 +144,7 @@ class StepLog:
         """The records of every step so far (the last one's wall runs to its batch's end
         until the step is closed); any thread may call it."""
         with self._lock:
+            self._absorb()
             n = len(self.steps)
             if self._built < n:
                 self._build(n)
@@ -146,6 +169,22 @@ class StepLog:
         for phase, wall in zip(records["phase"], records["wall"]):
             walls[phase] += wall
         return walls
+
+    def _absorb(self) -> None:
+        """The stamped steps' tuples: a step's fetch starts are those begun before its end, its
+        batch the latest moved by then. The training path appends as this reads: only whole
+        pairs are taken."""
+        stamps = self.stamps
+        n = len(stamps) // 2 * 2
+        if not n:
+            return
+        taken = stamps[:n]
+        del stamps[:n]
+        begins, moved, full = self.begins, self.moved, self.full
+        self.steps += [
+            (bisect_right(begins, end), moved[bisect_right(moved, end) - 1], start, end, full)
+            for start, end in zip(taken[::2], taken[1::2])
+        ]
 
     def _build(self, n: int) -> None:
         """Records of steps ``_built`` to ``n``, a column at a time: with the walls, 4.8

@@ -1,8 +1,8 @@
 """What the machine does while a model trains: CPU, memory, /dev/shm and GPU, sampled in a thread.
 
 `SystemSampler` watches the main process and the children born during the run (DataLoader
-workers) at about 4 Hz, so the doctor can tell a CPU-bound input pipeline from an I/O-bound
-one. Under a cgroup's CPU quota (a container) it also reads the CPU every process under the
+workers), four times a second as a run starts and once a second after (``SLOW_AFTER_S``), so
+the doctor can tell a CPU-bound input pipeline from an I/O-bound one. Under a cgroup's CPU quota (a container) it also reads the CPU every process under the
 quota used (speedlab.measure.cgroup), so other processes sharing the quota can be told apart.
 The machine's static description is speedlab.measure.machine.
 
@@ -81,12 +81,19 @@ class SystemSample:
     cgroup_cpu_percent: float | None = None
 
 
+SLOW_AFTER_S = 4.0
+"""Seconds of a run sampled every ``interval_s``, then every ``SLOW_INTERVAL_S`` at most: on 2
+cores a reading's 66 us of Python cost the steps it fell in about 0.7 ms (2026-12-01,
+``benchmarks/probe_overhead.py``). Short runs keep the fine rhythm; long ones show means."""
+SLOW_INTERVAL_S = 1.0
+
+
 class SystemSampler:
     """Samples the machine in a daemon thread until stopped.
 
     Args:
-        interval_s: seconds between samples (default 0.25, about 4 Hz). A sample is also
-            taken at `start()` and at `stop()`, so even a very short run has data.
+        interval_s: seconds between samples for ``SLOW_AFTER_S``, then ``SLOW_INTERVAL_S`` at
+            least; one at `start()` and at `stop()` too, so even a very short run has data.
 
     Example::
 
@@ -164,12 +171,15 @@ class SystemSampler:
             self._samples.append(sample)
 
     def _loop(self, reader: _Reader) -> None:
-        due = time.perf_counter() + self.interval_s
+        started = time.perf_counter()
+        slow = max(self.interval_s, SLOW_INTERVAL_S)
+        due = started + self.interval_s
         while not self._stop_event.wait(max(0.0, due - time.perf_counter())):
             with self._fork_pause:
                 self._add(reader.read())
+            interval = self.interval_s if due - started < SLOW_AFTER_S else slow
             # After a slow read, resume the rhythm from now instead of catching up in a burst.
-            due = max(due + self.interval_s, time.perf_counter())
+            due = max(due + interval, time.perf_counter())
 
 
 def summarize(

@@ -42,6 +42,15 @@ class Taps:
         setattr(owner, name, wrapper)
         self._put.append((owner, name, before, wrapper))
 
+    def unwrap(self, inner: Any) -> None:
+        """``inner`` in the place of the wrapper put over it (its ``__wrapped__``), where no
+        other wrapper was put over that one. Found by what it wraps: a wrapper that named
+        itself would hold itself, and what it holds only the garbage collector would free."""
+        for i, (owner, name, before, put) in enumerate(self._put):
+            if getattr(put, "__wrapped__", None) is inner and getattr(owner, name) is put:
+                setattr(owner, name, inner)
+                self._put[i] = (owner, name, before, inner)
+
     def remove(self) -> None:
         """Every wrapper off, the last put first."""
         while self._put:

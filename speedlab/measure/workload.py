@@ -64,6 +64,21 @@ def full_batch(trainer: Any, fetcher: Any) -> int | None:
     return None
 
 
+def last_batch(trainer: Any) -> tuple[int, int] | None:
+    """The batches of the training loader whose batches ``full_batch`` fixes and the samples
+    of its last, from its sampler's length; None where the sampler has no length, or where the
+    loader is made anew each epoch (its batches may differ)."""
+    batches = trainer.train_dataloader.batch_sampler
+    if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
+        return None
+    try:
+        n = len(batches.sampler)
+    except TypeError:
+        return None
+    size = batches.batch_size
+    return len(batches), size if batches.drop_last else n % size or size
+
+
 def samples_of(batch: Any, loaders: Any) -> int:
     """Samples a step consumed. With several training loaders (a dict or list of them) the
     batch holds one batch of each, shaped like the loaders: their samples add up."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -9,14 +10,27 @@ import pytest
 from speedlab.measure.steps import StepLog
 from speedlab.results.run import RECORD_KEYS
 
+STAMPED = False  # how ``step`` records a training batch: set for each test by ``recorded``
+
+
+@pytest.fixture(autouse=True, params=["as a tuple", "as stamps"])
+def recorded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test by both ways the probe records a step: a tuple with its fetches, batch and
+    samples, or its start and end alone, the rest found by time (``StepLog.stamps``)."""
+    monkeypatch.setattr(sys.modules[__name__], "STAMPED", request.param == "as stamps")
+
 
 def step(log: StepLog, fetch: float | None, moved: float | None, start: float, end: float) -> None:
     """One step as the probe's wrappers leave it: a fetch start, the batch moved, its run."""
     if fetch is not None:
         log.begins.append(fetch)
     if moved is not None:
-        log.moved[0] = moved
-    log.steps.append((len(log.begins), log.moved[0], start, end, 8))
+        log.moved.append(moved)
+    if STAMPED:
+        log.full = 8
+        log.stamps += [start, end]
+    else:
+        log.steps.append((len(log.begins), log.moved[-1], start, end, 8))
 
 
 def test_an_epochs_steps_by_hand() -> None:
@@ -109,7 +123,7 @@ def fed_the_iterator(log: StepLog, fetches: list[tuple[float, float]], start: fl
     for begin, ended in fetches:
         log.begins.append(begin)
         log.fetch_ends.append(ended)
-    log.steps.append((len(log.begins), log.moved[0], start, end, 8))
+    log.steps.append((len(log.begins), log.moved[-1], start, end, 8))
 
 
 def test_steps_fed_the_iterator_wait_for_the_fetches_inside_their_training() -> None:
@@ -117,7 +131,7 @@ def test_steps_fed_the_iterator_wait_for_the_fetches_inside_their_training() -> 
     log.fetches_inside = True
     log.begin_epoch(0.5, epoch=0)
     fed_the_iterator(log, [(1.1, 1.4)], 1.0, 1.6)  # waited from the epoch's start, then 0.3
-    log.moved[0] = 2.3  # the step moved its batch itself, through the strategy: not a wait
+    log.moved.append(2.3)  # the step moved its batch itself, through the strategy: not a wait
     fed_the_iterator(log, [(1.8, 1.9), (2.0, 2.2)], 1.7, 2.5)  # two fetches: 0.1 + 0.2
     assert log.open_step() == 1  # a fetch inside the next step must not end it early
     log.validated(2.5, 2.55)
@@ -164,3 +178,25 @@ def test_full_collections_are_charged_to_the_step_they_ran_in() -> None:
     log.heap.spans.append((1.95, 2.05))
     log.close(2.2)
     assert log.flush()["gc_time"] == pytest.approx([0.1, 0.02, 0.1])
+
+
+def test_a_stamped_step_is_read_whole_and_its_loaders_last_batch_sized_after() -> None:
+    """The training path appends a step's start before its end: a reading between the two
+    takes the steps before it only. The loader's last batch is sized once its epoch ends,
+    built or not."""
+    log = StepLog(t0=0.0)
+    log.full = 8
+    step(log, 0.1, 0.2, 0.3, 0.4)
+    log.begins.append(0.5)
+    log.moved.append(0.6)
+    log.stamps.append(0.7)  # the next step's training has started
+    assert log.flush()["samples"] == [8]
+    log.stamps.append(0.8)
+    log.last_batch(4)
+    log.last_batch(4)  # the epoch's end and the fit's: once is what counts
+    r = log.flush()
+    assert r["samples"] == [8, 4]
+    assert r["data_time"] == pytest.approx([0.1, 0.1])
+    step(log, 0.9, 1.0, 1.1, 1.2)
+    log.last_batch(4)  # built first
+    assert log.flush()["samples"] == [8, 4, 4]

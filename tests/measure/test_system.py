@@ -690,3 +690,18 @@ def test_gpu_utilisation_and_memory_are_sampled() -> None:
     gpus = system_info()["gpus"]
     assert gpus and gpus[0]["memory_bytes"] > 0
     assert gpus[0]["capability"] == list(torch.cuda.get_device_capability(0))
+
+
+def test_a_long_run_is_read_less_often_after_its_start(monkeypatch) -> None:
+    """Each reading costs the training thread (``SLOW_AFTER_S``): the sampler keeps its
+    interval for a run's start, then reads at the slow interval."""
+    monkeypatch.setattr(speedlab.measure.system, "SLOW_AFTER_S", 0.6)
+    monkeypatch.setattr(speedlab.measure.system, "SLOW_INTERVAL_S", 0.3)
+    with SystemSampler(interval_s=0.05) as sampler:
+        time.sleep(1.8)
+    t = [s.t - sampler.samples[0].t for s in sampler.samples[:-1]]  # the last is stop()'s
+    gaps = [b - a for a, b in pairwise(t)]
+    early = [g for g, at in zip(gaps, t[1:]) if at <= 0.55]
+    late = [g for g, at in zip(gaps, t[1:]) if at >= 0.9]
+    assert len(early) >= 8 and max(early) < 0.2, early
+    assert 3 <= len(late) <= 4 and min(late) > 0.25, late

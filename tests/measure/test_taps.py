@@ -51,6 +51,34 @@ def test_two_taps_come_off_in_either_order() -> None:
         assert loop.fetch() == ["fetch"], order
 
 
+def test_a_wrapper_gives_its_place_to_what_it_wraps_where_it_is_on_top() -> None:
+    loop, covered = Loop(), Loop()
+    taps, other = Taps(), Taps()
+
+    def warming(original):
+        def steady():
+            return [*original(), "steady"]
+
+        def warm():
+            return [*steady(), "warm-up"]
+
+        warm.__wrapped__ = steady
+        return warm
+
+    for each in (loop, covered):
+        taps.put(each, "fetch", warming)
+    other.put(covered, "fetch", tagged("other"))
+    assert loop.fetch() == ["fetch", "steady", "warm-up"]
+    for _, _, _, put in list(taps._put):
+        taps.unwrap(put.__wrapped__)
+    assert loop.fetch() == ["fetch", "steady"]
+    assert covered.fetch() == ["fetch", "steady", "warm-up", "other"]  # its top still calls it
+    taps.remove()
+    other.remove()
+    assert loop.fetch() == ["fetch"] and covered.fetch() == ["fetch"]
+    assert "fetch" not in vars(loop) and "fetch" not in vars(covered)
+
+
 class Guarded(Loop):
     """Reading its ``__dict__`` fails: CPython 3.11 would move its attributes into a dictionary
     its class's attribute caches cannot use (each attribute read a full lookup, every step)."""

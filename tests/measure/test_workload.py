@@ -9,7 +9,14 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset, default_collate
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    Sampler,
+    TensorDataset,
+    default_collate,
+)
 
 from speedlab.labs import KnownCostModel
 from speedlab.measure.probe import SpeedProbe
@@ -100,6 +107,13 @@ def pairs(n: int) -> TensorDataset:
     return TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
 
 
+class Unsized(Sampler):
+    """A map-style dataset's 20 indices, in order, with no length."""
+
+    def __iter__(self):
+        return iter(range(20))
+
+
 def twice(samples: list) -> Any:
     """A collate of the user's own: two rows a sample."""
     x, y = default_collate(samples)
@@ -112,6 +126,12 @@ def twice(samples: list) -> Any:
         (DataLoader(pairs(20), batch_size=8), {}, 8, [8, 8, 4] * 2),
         (DataLoader(pairs(20), batch_size=8, drop_last=True), {}, 8, [8, 8] * 2),
         (DataLoader(pairs(20), batch_size=8, shuffle=True), {}, 8, [8, 8, 4] * 2),
+        (
+            DataLoader(pairs(20), batch_sampler=BatchSampler(Unsized(), 8, False)),
+            {},
+            8,
+            [8, 8, 4] * 2,
+        ),
         (DataLoader(pairs(24), batch_size=8), {}, 8, [8, 8, 8] * 2),
         (DataLoader(pairs(20), batch_size=8), {"limit_train_batches": 2}, 8, [8, 8] * 2),
         (DataLoader(pairs(20), batch_size=8), {"model": Halved}, None, [4, 4, 2] * 2),
@@ -123,6 +143,7 @@ def twice(samples: list) -> Any:
         "short-last",
         "drop-last",
         "shuffled",
+        "unsized-sampler",
         "even",
         "limited",
         "changed-on-transfer",
