@@ -223,15 +223,14 @@ class _SpeedProbeCore:
     def _log(self, trainer: Any) -> None:
         """Every ``log_every_n_steps`` steps, as the last one's batch ends: a loss point, and
         the recent steps' figures to the trainer's loggers."""
-        records = self.records
-        index = len(records["data_time"]) - 1
+        index = self._steps.count - 1  # the records are built only for the loggers
         if (loss := self._last_loss()) is not None:
             self._losses.append((index, loss))
         known = index + 1 if (settled := self.settled) is None else min(index + 1, settled)
         if not trainer.loggers or not known:
             return
         n, workers = self.log_every_n_steps, self._workload.get("loader_workers", 0)
-        recent = steady(records, range(known)[-n:], workers)
+        recent = steady(self.records, range(known)[-n:], workers)
         metrics = {f"speedlab/{k}": getattr(recent, k) for k in ("data_time", "batch_time")}
         metrics = self.distributed.log_metrics(trainer, metrics, n)
         for logger in trainer.loggers:

@@ -106,6 +106,12 @@ class StepLog:
             self._handed = fetcher.fetched
             self.fetch_samples.append(size(fetcher._batch) if brought else 0)
 
+    @property
+    def count(self) -> int:
+        """Steps so far, whether recorded as tuples or stamps (a step half stamped is not)."""
+        with self._lock:  # not while another thread moves stamps into steps
+            return len(self.steps) + len(self.stamps) // 2
+
     def held(self) -> bool:
         """Whether the next step is its epoch's first, which waits from the epoch's start."""
         with self._lock:
