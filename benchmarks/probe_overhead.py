@@ -43,7 +43,11 @@ cheaper (``speedlab.measure.procfs``: 66 us of Python where it took 374, one sys
 frees the GIL where it made 38), and the default run read (bare's step 2.319 ms): the A/A -1.0
 (-3.1 to +1.5), the known 10 us +13.7 (+11.1 to +16.0), SimpleProfiler +61.6, SpeedProbe +12.8
 every step (+8.3 to +17.0), +0.17 its logs, +6.2 its sampler's readings (fits +4.4 to +7.7):
-+19.2 in all.
++19.2 in all. After the step path was cut to what it must touch (``probe_cold.py``) and the
+sampler slowed to one reading a second after a run's first four, the default run (bare's step
+2.254 ms): the A/A -0.7 (-3.1 to +1.2), the known 10 us +12.5 (+10.2 to +14.5), SimpleProfiler
++63.0, SpeedProbe +10.8 every step (+8.6 to +13.4), +0.36 its logs, +1.48 its sampler's
+readings (fits +1.1 to +1.9): +12.7 in all.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """
@@ -431,7 +435,7 @@ def main() -> None:
     print(
         f"  SpeedProbe in all {probe:+.1f} us a step: {added['speedprobe']:+.1f} every step, "
         f"{log:+.2f} its logs (every 50 steps, each timed), {sampler:+.2f} its system "
-        f"sampler's readings (four a second, in another thread; fits {each})"
+        f"sampler's readings (four a second for 4 s, then one, in another thread; fits {each})"
     )
     ratio = 1 + probe / (mlp_bare * 1e6)
     print(
