@@ -112,16 +112,16 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         return on_device
 
     def stamping(original: Any) -> Any:
-        """Either optimization loop's ``run`` (automatic: optimizer, batch_idx, kwargs;
-        manual: kwargs) where a step is its start and end (``StepLog.stamps``)."""
+        """The automatic loop's ``run`` (``runs``) where a step is its start and end
+        (``StepLog.stamps``)."""
         stamp, left = log.stamps.append, every
 
-        def trains(*args: Any) -> Any:
+        def trains(optimizer: Any, batch_idx: Any, kwargs: Any) -> Any:
             nonlocal left
             if not on:
-                return original(*args)
+                return original(optimizer, batch_idx, kwargs)
             stamp(_perf())
-            outputs = original(*args)
+            outputs = original(optimizer, batch_idx, kwargs)
             stamp(_perf())
             if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
                 trained[0] = outputs
@@ -134,20 +134,21 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         return trains
 
     def recording(original: Any) -> Any:
-        """Either optimization loop's ``run``, recorded as a step tuple: its batch sized,
+        """The automatic loop's ``run`` (``runs``), recorded as a step tuple: its batch sized,
         the device's stamps, a rank's error and sync time (``after``)."""
         steady = original if timeline is None else stamped(timeline, original)
         if watch_errors:
             steady = caught(steady)
+        begins, moved = log.begins, log.moved
 
-        def trains(*args: Any) -> Any:
+        def trains(optimizer: Any, batch_idx: Any, kwargs: Any) -> Any:
             if not on:
-                return original(*args)
+                return original(optimizer, batch_idx, kwargs)
             start = _perf()
-            outputs = steady(*args)
+            outputs = steady(optimizer, batch_idx, kwargs)
             end = _perf()
-            samples = full if full and not fetcher.done else size(batch_of(args[-1]))
-            record((len(log.begins), log.moved[-1], start, end, samples))
+            samples = full if full and not fetcher.done else size(batch_of(kwargs))
+            record((len(begins), moved[-1], start, end, samples))
             if outputs:
                 trained[0] = outputs
             if after is not None:
@@ -159,9 +160,9 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         return trains
 
     def caught(call: Any) -> Any:
-        def catches(*args: Any) -> Any:
+        def catches(optimizer: Any, batch_idx: Any, kwargs: Any) -> Any:
             try:
-                return call(*args)
+                return call(optimizer, batch_idx, kwargs)
             except BaseException as error:
                 ranks.saw(error)
                 raise
@@ -169,9 +170,19 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         return catches
 
     def runs(original: Any) -> Any:
+        """The automatic loop's ``run(optimizer, batch_idx, kwargs)``, wrapped in its own
+        shape: a wrapper that forwards ``*args`` costs a step about 2 us more
+        (``benchmarks/probe_cold.py``): Python calls such a wrapper, and it its target, with
+        the arguments' tuple and an evaluation loop of their own."""
         steady = (stamping if probe._last is not None else recording)(original)
         warm = probe.warmup if probe._watches.each else 0  # steps below it run the watches
         return warming(taps, probe._watches, steady, warm) if warm else steady
+
+    def runs_manual(original: Any) -> Any:
+        """The manual loop's ``run(kwargs)``, wrapped by ``runs`` in the automatic one's shape
+        (its warm-up's wrapper, under the shape's, stays in place)."""
+        wrapped = runs(lambda _optimizer, _batch_idx, kwargs: original(kwargs))
+        return lambda kwargs: wrapped(None, None, kwargs)
 
     # The fetcher takes the loop's methods as each epoch starts: attached mid-epoch, it
     # holds them already and gets the wrappers now.
@@ -184,7 +195,7 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
     if inside or watch_errors:  # the fetches' ends inside a step, a rank's errors
         taps.put(loop, "_on_after_fetch", fetch_end)
     taps.put(loop.automatic_optimization, "run", runs)
-    taps.put(loop.manual_optimization, "run", runs)
+    taps.put(loop.manual_optimization, "run", runs_manual)
     if mid_epoch:
         taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
         taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import csv
 import gc
+import inspect
 import statistics
 import subprocess
 import sys
@@ -345,6 +346,7 @@ class StepCalls(pl.Callback):
         self.start, self.stop = start, stop
         self.python: collections.Counter[tuple[str, str]] = collections.Counter()
         self.from_probe: collections.Counter[str] = collections.Counter()
+        self.packed: set[str] = set()  # the probe's frames that take their arguments as *args
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.start:
@@ -361,6 +363,8 @@ class StepCalls(pl.Callback):
         code = frame.f_code
         if event == "call":
             self.python[code.co_filename, code.co_name] += 1
+            if PROBE in code.co_filename and code.co_flags & inspect.CO_VARARGS:
+                self.packed.add(code.co_name)
         elif event == "c_call" and PROBE in code.co_filename:
             self.from_probe[arg.__name__] += 1
 
@@ -369,8 +373,9 @@ def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
     """The training path only stamps the clock: per steady step on the CPU, the probe's own
     Python is three frames, a stamp at each of the fetch's edges (in the place of the four
     frames of Lightning's profiler calls there) and its wrapper of the training call, which
-    appends the batch's start and end; it calls into C for the clock and the append alone.
-    Counted, not timed: a count no noisy machine moves."""
+    appends the batch's start and end; it calls into C for the clock and the append alone, and
+    takes Lightning's arguments as they come (no ``*args`` tuple). Counted, not timed: a count
+    no noisy machine moves."""
     window = range(20, 120)
     counts = {}
     for arm in ("bare", "probe"):
@@ -387,6 +392,7 @@ def test_a_steady_step_runs_less_python_than_without_the_probe() -> None:
     ours = {name: n for (file, name), n in counts["probe"].python.items() if PROBE in file}
     assert ours == {"fetch_starts": steps, "moves": steps, "trains": steps}
     assert counts["probe"].from_probe == {"perf_counter": 4 * steps, "append": 4 * steps}
+    assert counts["probe"].packed == set()
     bare, probed = (sum(counts[arm].python.values()) for arm in ("bare", "probe"))
     assert probed <= bare - steps, (bare / steps, probed / steps)
 

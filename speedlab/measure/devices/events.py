@@ -114,13 +114,14 @@ class Timeline:
 
 
 def stamped(timeline: Timeline, call: Callable[..., Any]) -> Callable[..., Any]:
-    """``call`` (a training batch) between the timeline's stamps of its start and end: a steady
-    step's one frame for both."""
+    """``call`` (the automatic loop's ``run(optimizer, batch_idx, kwargs)``, in whose shape
+    ``speedlab.measure.path`` wraps either loop's) between the timeline's stamps of its start and
+    end: a steady step's one frame for both."""
     start, end = timeline.start, timeline.end
 
-    def stamped_call(*args: Any) -> Any:
+    def stamped_call(optimizer: Any, batch_idx: Any, kwargs: Any) -> Any:
         start()
-        outputs = call(*args)
+        outputs = call(optimizer, batch_idx, kwargs)
         end()
         return outputs
 
