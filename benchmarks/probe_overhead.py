@@ -47,7 +47,13 @@ every step (+8.3 to +17.0), +0.17 its logs, +6.2 its sampler's readings (fits +4
 sampler slowed to one reading a second after a run's first four, the default run (bare's step
 2.254 ms): the A/A -0.7 (-3.1 to +1.2), the known 10 us +12.5 (+10.2 to +14.5), SimpleProfiler
 +63.0, SpeedProbe +10.8 every step (+8.6 to +13.4), +0.36 its logs, +1.48 its sampler's
-readings (fits +1.1 to +1.9): +12.7 in all.
+readings (fits +1.1 to +1.9): +12.7 in all. With the training batch's wrapper in the shape of the
+call it wraps (no ``*args``), three default runs the same evening (bare's step 2.131, 2.066 and
+1.860 ms; the third with the sampler's last call that freed the GIL gone): SpeedProbe +7.2,
++8.8 and +7.8 every step (intervals +5.0 to +9.9, +6.7 to +11.1, +5.1 to +10.1), logs +0.35,
++0.37, +0.32, sampler +1.68, +1.52, +1.28: +9.2 PASS, +10.6 FAIL, +9.4 PASS; SimpleProfiler
++59.4, +59.8, +52.5; the known 10 us +15.4, +14.1, +13.5; the A/A -0.8, +0.7, -0.5. The probe
+sits at the target, not clearly under it: a run's own interval spans 10 either way.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """

@@ -5,8 +5,9 @@ A reading runs in a thread beside the training thread and needs the GIL it uses.
 call that frees the GIL hands it to the training thread and back, and an object the reading
 touches comes from memory where the step's work has emptied the caches: so the files are opened
 once and read again from their start (``Pinned``), through libc's ``pread`` called with the GIL
-held (``ctypes.PyDLL``: a read of a small /proc file takes microseconds), and this process's own
-CPU comes from calls that keep the GIL (``os.times``, a thread's CPU clock). Linux only; where
+held (``ctypes.PyDLL``: a read of a small /proc file takes microseconds), /dev/shm's use from
+libc's ``statvfs`` called the same way, and this process's own CPU from calls that keep the GIL
+(``os.times``, a thread's CPU clock). Linux only; where
 there is no /proc the sampler reads psutil.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -41,6 +43,46 @@ def _libc_pread() -> Any:
 
 
 _pread = _libc_pread() if sys.platform == "linux" else None
+
+
+class _StatVfs(ctypes.Structure):
+    """glibc's and musl's ``struct statvfs`` on a 64-bit Linux, its spare words included."""
+
+    _fields_ = [
+        *((name, ctypes.c_ulong) for name in ("bsize", "frsize", "blocks", "bfree", "bavail")),
+        *((name, ctypes.c_ulong) for name in ("files", "ffree", "favail", "fsid", "flag")),
+        ("namemax", ctypes.c_ulong),
+        ("spare", ctypes.c_int * 6),
+    ]
+
+
+def _libc_statvfs() -> Any:
+    """libc's ``statvfs`` through ``ctypes.PyDLL`` (the GIL kept), where the struct's layout is
+    known: a 64-bit Linux; else None."""
+    if sys.platform != "linux" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        statvfs = ctypes.PyDLL(None, use_errno=True).statvfs
+    except (AttributeError, OSError):
+        return None
+    statvfs.argtypes = (ctypes.c_char_p, ctypes.POINTER(_StatVfs))
+    statvfs.restype = ctypes.c_int
+    return statvfs
+
+
+_statvfs = _libc_statvfs()
+
+
+def used_bytes(path: str) -> int | None:
+    """Bytes in use on the file system at ``path``, as ``shutil.disk_usage(path).used``; None
+    where there is no such path. Through libc with the GIL held where it can be: ``os.stat``
+    and ``os.statvfs`` each free it, which hands it to the training thread and back."""
+    if _statvfs is None:
+        return shutil.disk_usage(path).used if os.path.isdir(path) else None
+    fs = _StatVfs()
+    if _statvfs(os.fsencode(path), ctypes.byref(fs)) != 0:
+        return None
+    return (fs.blocks - fs.bfree) * fs.frsize
 
 
 class Pinned:

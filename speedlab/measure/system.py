@@ -13,7 +13,6 @@ already imported it, and CUDA is never initialised (that would break fork-based 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from speedlab.measure.procfs import (
     resident_bytes,
     thread_clock,
     unique_bytes,
+    used_bytes,
 )
 from speedlab.results.system import SystemSummary
 
@@ -418,7 +418,7 @@ class _Reader:
             **self._cpu_figures(dt, cpu, main_cpu, reaped_cpu, children_cpu),
             rss_bytes=rss,
             workers=len(children_cpu),
-            shm_used_bytes=_shm_used(),
+            shm_used_bytes=used_bytes(SHM_PATH),
             torch_threads=torch.get_num_threads() if torch is not None else None,
             gpu_util_percent=gpu_util,
             gpu_mem_bytes=gpu_mem if gpu_mem is not None else memory_reserved(),
@@ -494,7 +494,3 @@ def _rate(now: float | None, before: float | None, dt: float | None) -> float | 
 
 def _percent(part: float, whole: float) -> float:
     return min(100.0, 100.0 * part / whole) if whole > 0 else 0.0
-
-
-def _shm_used() -> int | None:
-    return shutil.disk_usage(SHM_PATH).used if os.path.isdir(SHM_PATH) else None

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 
@@ -22,8 +26,25 @@ def spin(cpu_s: float) -> None:
         pass
 
 
-def test_libcs_pread_is_called_with_the_gil_held() -> None:
-    assert procfs._pread is not None
+def test_libcs_pread_and_statvfs_are_called_with_the_gil_held() -> None:
+    """``ctypes.PyDLL``'s functions keep the GIL (a CDLL's would free it for every call)."""
+    for call in (procfs._pread, procfs._statvfs):
+        assert call is not None and call._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+
+
+def test_a_file_systems_used_bytes_are_shutils() -> None:
+    """Read through libc's statvfs: /dev/shm with 8 MiB written to it reads what
+    ``shutil.disk_usage`` reads, the 8 MiB included; a missing path reads None."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    with tempfile.NamedTemporaryFile(dir="/dev/shm") as file:
+        before = procfs.used_bytes("/dev/shm")
+        file.write(b"x" * 8 * 2**20)
+        file.flush()
+        used, theirs = procfs.used_bytes("/dev/shm"), shutil.disk_usage("/dev/shm").used
+    assert used == pytest.approx(theirs, abs=2**20)
+    assert used - before == pytest.approx(8 * 2**20, abs=2**20)
+    assert procfs.used_bytes("/no/such/path") is None
 
 
 def test_a_kept_file_reads_afresh_from_its_start() -> None:
