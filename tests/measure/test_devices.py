@@ -327,7 +327,10 @@ def test_epochs_and_validation_on_the_devices_clock_as_on_the_hosts(
     device: SimulatedDevice,
 ) -> None:
     """Two epochs of ten steps, each validated at its end inside its last step: that step's
-    wall on the device's clock leaves out the validation's ten steps of device work."""
+    wall on the device's clock leaves out the validation's ten steps of device work. (An
+    epoch's first step is not held to a step's length: its wall on the device's clock includes
+    the device's idle time while the host ran the fit's one-off first-step work, 45 ms once in
+    a full CI run on 2 cores.)"""
     model = ValidatedOnDevice(step_s=0.0)
     model.simulated = device
     probe = SpeedProbe(warmup=2, sample_system=False)
@@ -342,5 +345,5 @@ def test_epochs_and_validation_on_the_devices_clock_as_on_the_hosts(
     assert records["phase"][10] == "epoch_start"
     assert device_work(records["batch_time"])
     # Validated in steps 9 and 19: with its work, their walls would be 11 steps of it.
-    assert max(records["wall"]) < 2 * STEP_S
+    assert records["wall"][9] < 2 * STEP_S and records["wall"][19] < 2 * STEP_S
     assert all(w >= b for w, b in zip(records["wall"], records["batch_time"], strict=True))
