@@ -6,7 +6,7 @@ fit of the zero-cost step (the known-cost model without busy-waiting, on tensors
 little but Lightning's own per-step work) is timed as pairs of neighbouring steps, each pair one
 arm's, on in one step and off in the other in a drawn order (``StepPairs``): bare again (an A/A
 control: the noise floor), SpeedProbe (attached once and settled, then each step puts its
-wrappers on or takes them off), SimpleProfiler (put in as the trainer's profiler or taken out),
+wrappers on and its callback among the trainer's, or takes them off), SimpleProfiler (put in as the trainer's profiler or taken out),
 and a known answer, 10 us of busy-waiting. The switch falls between a step's end stamp and the
 next one's start stamp, in no step. An arm's cost is the median of its pairs' differences, with
 a 95% interval that resamples the fits (each a process of its own: a process's memory layout
@@ -14,10 +14,12 @@ shifts an arm's figure for its whole life) and then the pairs within each.
 
 A median leaves out what a probe does only now and then, so that is measured where it happens:
 the probe's logs (every 50 steps) are timed one by one, and its system sampler's readings (four
-a second, in a thread of its own, which takes the GIL from the step it reads in) by the steps
-they fall in against the same steps' neighbours (``readings_cost``). The headline is their sum
-(target: at most 10 us a step, and below SimpleProfiler's) and the same over the MLP lab's bare
-step (target: SpeedProbe <= 1.02).
+a second for a run's first 4 s, then one: taken between two of the probe's steps by the thread
+that trains, or by the sampler's own thread where no step comes) by the steps they fall in
+against the same steps' neighbours (``readings_cost``); the pairs that hold a reading are left
+out of the pairs' medians (``StepPairs.pairs``). The headline is their sum (target: at most 10
+us a step, and below SimpleProfiler's) and the same over the MLP lab's bare step (target:
+SpeedProbe <= 1.02).
 
 Until 2026-12-01 the arms took turns in blocks of 106 steps (``Rotation``, with which gpu-check
 still times a GPU's steps), each block's mean step read against the bare blocks either side. On
@@ -54,6 +56,24 @@ call it wraps (no ``*args``), three default runs the same evening (bare's step 2
 +0.37, +0.32, sampler +1.68, +1.52, +1.28: +9.2 PASS, +10.6 FAIL, +9.4 PASS; SimpleProfiler
 +59.4, +59.8, +52.5; the known 10 us +15.4, +14.1, +13.5; the A/A -0.8, +0.7, -0.5. The probe
 sits at the target, not clearly under it: a run's own interval spans 10 either way.
+
+Later that night the training thread took the readings between its steps (0.4 ms each there,
+where beside the steps a reading cost the step it fell in about 0.7 ms), and a first run read
+SpeedProbe +14.8 every step: its readings fell in its own on-steps only, 0.4 ms in one of about
+fifty, which moved the median of pairs that jitter by a few hundred microseconds (a test here
+shows the size of it), and ``readings_cost`` counted them again. With those pairs left out, the
+same code and, just after, the code before it, on a slower evening (bare's step 2.696 and 2.742
+ms, SimpleProfiler +73.0 and +70.4 where the three runs before had read +52.5 to +59.8): every
+step +10.7 and +9.8 (intervals +8.2 to +13.3, +6.7 to +13.0), logs +0.39 and +0.37, sampler
++0.61 (fits -4.4 to +2.9) against +1.98 (fits -1.8 to +5.1): +11.7 and +12.1 in all, FAIL both;
+the known 10 us +13.8 and +14.4, the A/A +1.5 and -1.5.
+
+Until 2026-12-02 the probe stayed among the trainer's callbacks in its off-steps, so what
+Lightning does every step for a listed callback (it looks up each of a step's six hooks on it;
+the probe's are None, not called) was in both steps of a pair and not counted. With the probe
+put in the list in its on-steps and taken out in its off-steps (bare's step 3.019 ms): every
+step +17.9 (+14.9 to +20.8), logs +0.43, sampler +0.84 (fits -0.4 to +2.5): +19.2 in all,
+FAIL; SimpleProfiler +73.2, the known 10 us +14.0, the A/A +0.5; the MLP lab ratio 1.003.
 
     .venv/bin/python benchmarks/probe_overhead.py [--repeats 6] [--steps 36000] [--threads N]
 """
@@ -270,7 +290,8 @@ class StepPairs(pl.Callback):
     cost in that step less the noise of two steps a step apart. SpeedProbe is attached once,
     after ``WARM`` bare steps, and runs on for ``SETTLE`` (its warm-up and the tail its FLOP
     count leaves); from then on each step puts its wrappers on or takes them off (the ones it
-    put on the trainer's objects, the ones it had covered back in place), SimpleProfiler is put
+    put on the trainer's objects, the ones it had covered back in place), and the probe in the
+    trainer's callbacks or out of them, SimpleProfiler is put
     in as the trainer's profiler or taken out, the known arm busy-waits ``KNOWN_S``. A step runs
     from its start stamp, taken after that switch, to the next step's end stamp, taken before
     it, so the switches fall in no step."""
@@ -323,6 +344,13 @@ class StepPairs(pl.Callback):
             # The probe's Taps keeps (owner, name, what it covered, its wrapper) of each
             for owner, name, before, wrapper in self.probe._taps._put:
                 setattr(owner, name, wrapper if wrapped else before)
+            # and its place among the callbacks, where Lightning looks up each of a step's six
+            # hooks (the probe's are None: looked up, not called). The list is the one being
+            # dispatched: the probe put back gets this hook now, as in its own step.
+            if wrapped:
+                trainer.callbacks.append(self.probe)
+            else:
+                trainer.callbacks.remove(self.probe)
         if was == ("simpleprofiler", True):
             trainer.profiler = self.passthrough
         if (arm, on) == ("simpleprofiler", True):
@@ -339,19 +367,29 @@ class StepPairs(pl.Callback):
 
     def pairs(self) -> dict[str, list[float]]:
         """Per arm, each of its pairs' difference: the step it was on less the step it was
-        off, in seconds."""
+        off, in seconds; but the pairs that hold a system reading's step or the next, whose
+        cost ``readings_cost`` counts. The probe takes its readings in its own steps (0.4 ms
+        each, at one of its fifty steps): counted here too, they would move its median by
+        microseconds, as few as they are, where the pairs' spread is a step's jitter."""
         pairs: dict[str, list[float]] = {arm: [] for arm in PAIRED_ARMS}
-        paired = self.paired
-        for (arm, on, s1, e1), (_, _, s2, e2) in zip(paired[::2], paired[1::2], strict=False):
-            pairs[arm].append(((e1 - s1) - (e2 - s2)) * (1 if on else -1))
+        paired, readings = self.paired, self.readings()
+        for i in range(0, len(paired) - 1, 2):
+            (arm, on, s1, e1), (_, _, s2, e2) = paired[i], paired[i + 1]
+            k = bisect.bisect_left(readings, paired[i - 1][2] if i else s1)
+            if k == len(readings) or readings[k] >= e2:  # none from the step before on
+                pairs[arm].append(((e1 - s1) - (e2 - s2)) * (1 if on else -1))
         return pairs
+
+    def readings(self) -> list[float]:
+        """The times the system sampler's readings began, on the steps' clock."""
+        sampler = self.probe.sampler
+        return [sample.t for sample in sampler.samples] if sampler is not None else []
 
     def sampler_share(self) -> float:
         """The system sampler's seconds a step on the training path (``readings_cost``)."""
-        sampler = self.probe.sampler
-        if sampler is None:
+        readings = self.readings()
+        if not readings:
             return 0.0
-        readings = [sample.t for sample in sampler.samples]
         return readings_cost([(start, end) for *_, start, end in self.paired], readings)
 
     def log_share(self) -> float:
@@ -441,7 +479,7 @@ def main() -> None:
     print(
         f"  SpeedProbe in all {probe:+.1f} us a step: {added['speedprobe']:+.1f} every step, "
         f"{log:+.2f} its logs (every 50 steps, each timed), {sampler:+.2f} its system "
-        f"sampler's readings (four a second for 4 s, then one, in another thread; fits {each})"
+        f"sampler's readings (four a second for 4 s, then one, between steps; fits {each})"
     )
     ratio = 1 + probe / (mlp_bare * 1e6)
     print(

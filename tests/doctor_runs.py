@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import lightning.pytorch as pl
 import pytest
@@ -29,6 +30,7 @@ from speedlab.labs import (
     known_cost_loader,
     tabular_lab,
 )
+from speedlab.measure.system import SystemSampler
 from speedlab.results.findings import HEADLINE_WORDS, Finding
 from speedlab.results.run import RunResult
 from speedlab.results.sweep import SweepResult
@@ -79,6 +81,19 @@ def require_quiet(*runs: RunResult) -> None:
     others = max(other_processes_cores(run) for run in runs)
     if others >= CONTENDED_CORES:
         pytest.skip(f"other processes used {others:.1f} cores during the run")
+
+
+T = TypeVar("T")
+WATCH_INTERVAL_S = 3600.0  # longer than any test's work: a reading at its start and its end
+
+
+def watched(work: Callable[[], T]) -> tuple[T, RunResult]:
+    """What ``work()`` returns, and the machine's CPU while it ran as a run (its ``system``
+    alone) for ``require_quiet``: for timings taken outside a profiled run, such as the
+    overhead benchmark's. Two readings, at the start and the end, so nothing samples between."""
+    with SystemSampler(interval_s=WATCH_INTERVAL_S) as sampler:
+        result = work()
+    return result, RunResult(system=sampler.summary())
 
 
 def known_cost(

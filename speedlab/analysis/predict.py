@@ -85,8 +85,9 @@ class Split:
         return compute, max(self.handover, self.making / workers - compute)
 
 
-def _split(base: RunResult) -> Split | str:
-    """The baseline's split, or why it cannot give one."""
+def _split(base: RunResult, handover: float | None = None) -> Split | str:
+    """The baseline's split, or why it cannot give one; ``handover`` in place of the one
+    measured as the baseline ended, where given."""
     if not base.ok or not base.steady.steps:
         return "the baseline measured no steady steps to predict from"
     data, compute = base.data_time, base.batch_time
@@ -121,7 +122,7 @@ def _split(base: RunResult) -> Split | str:
         cores,
         workers,
         batch_size(base),
-        float(base.workload.get("handover") or 0.0),
+        float(base.workload.get("handover") or 0.0) if handover is None else handover,
         straggle,
     )
 
@@ -142,13 +143,14 @@ def _samples_per_s(split: Split, workers: int, contended: bool) -> float:
     return split.batch / (compute + data)
 
 
-def predict(base: RunResult, knobs: Knobs) -> Prediction:
+def predict(base: RunResult, knobs: Knobs, *, handover: float | None = None) -> Prediction:
     """speedlab's prediction of the speedup of a run with ``knobs`` over ``base``, from the
     baseline's measured split (module docstring) and the hand-over of a batch from a worker
-    measured on its machine (``workload["handover"]``, speedlab.measure.handover); ``speedup``
-    None, with the reason, where the split cannot predict it. ``knobs`` with ``workers``
-    resolved (not ``auto``)."""
-    split = _split(base)
+    on its machine: ``handover`` where given (the latest reading, before the run predicted),
+    else the one measured as the baseline ended (``workload["handover"]``,
+    speedlab.measure.handover); ``speedup`` None, with the reason, where the split cannot
+    predict it. ``knobs`` with ``workers`` resolved (not ``auto``)."""
+    split = _split(base, handover)
     if isinstance(split, str):
         return Prediction(None, split)
     changed = sorted(differs(base.knobs, knobs))

@@ -43,13 +43,21 @@ class ForkPause:
         self._lock.acquire()
         return self
 
+    def enter_if_free(self) -> bool:
+        """Enter without waiting: False where another work, or a fork, holds the pause.
+        ``leave()`` after a True."""
+        return self._lock.acquire(blocking=False)
+
+    def leave(self) -> None:
+        self._lock.release()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._lock.release()
+        self.leave()
 
 
 def _before_fork() -> None:

@@ -5,6 +5,7 @@ a step's edges into its ``StepLog`` and do nothing else (``speedlab.measure.prob
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import sys
 import time
@@ -43,6 +44,8 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         log.steps,
     )
     loaders, every, trained = probe._loaders, probe.log_every_n_steps, probe._trained
+    sampler = probe.sampler  # a due reading is taken as a step ends (``read_if_due``)
+    due, reads = (sampler.path_due(), sampler.read_if_due) if sampler else ([math.inf], None)
     size = batch_size_of if loaders is None else lambda batch: samples_of(batch, loaders)
     # A step fed the loader's iterator counts its fetches' samples (StepLog.size_fetches)
     sized = (lambda _: log.size_fetches(fetcher, size)) if inside else None
@@ -122,13 +125,15 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
                 return original(optimizer, batch_idx, kwargs)
             stamp(_perf())
             outputs = original(optimizer, batch_idx, kwargs)
-            stamp(_perf())
+            stamp(end := _perf())
             if outputs:  # Lightning's dict of the step's outputs; empty where it skipped
                 trained[0] = outputs
             left -= 1
             if not left:
                 left = every
                 probe._log(trainer)
+            if end >= due[0]:
+                reads()
             return outputs
 
         return trains
@@ -155,6 +160,8 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
                 after(end)
             if not len(steps) % every:
                 probe._log(trainer)
+            if end >= due[0]:
+                reads()
             return outputs
 
         return trains

@@ -192,7 +192,7 @@ def unique_bytes(pid: int) -> int | None:
     A forked worker shares the main process's pages until either writes them, so adding its
     RSS counts a large dataset or the model once per worker. Reading smaps_rollup walks the
     process's page tables, which the training process must not wait for: the sampler reads it
-    within ``speedlab.measure.system.PAGE_WALK_SHARE`` of the time, and frees the GIL for it.
+    within ``speedlab.measure.reading.PAGE_WALK_SHARE`` of the time, and frees the GIL for it.
     """
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:

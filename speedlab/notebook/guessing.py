@@ -116,8 +116,9 @@ def said_before(
     """What is said of a panel run before it runs, as a sweep says it of its runs
     (``before_run``): nothing of a ``baseline`` run (it is what the others are judged by); of
     another, speedlab's prediction from the first baseline result of each fit of ``rows`` (the
-    panel's ``PanelRun``s so far), shown by ``view`` beside ``guess``. The engine is imported
-    here, not with the module: the live views use this module and run without torch."""
+    panel's ``PanelRun``s so far), shown by ``view`` beside ``guess``, with the latest run's
+    hand-over reading. The engine is imported here, not with the module: the live views use
+    this module and run without torch."""
     from speedlab.run.sweep import Before, before_run
 
     if baseline:
@@ -126,4 +127,5 @@ def said_before(
     for row in rows:
         if row.baseline and row.measured:  # a failed first run is no baseline
             first.setdefault(row.result.fit, row.result)
-    return before_run(list(first.values()), knobs, ask=lambda _: guess, view=view)
+    latest = [row.result for row in rows[-1:]]  # its hand-over reading: the nearest
+    return before_run(list(first.values()), knobs, ask=lambda _: guess, view=view, latest=latest)

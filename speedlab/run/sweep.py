@@ -158,8 +158,11 @@ def run_once(
     with held_interrupts() as held:  # what the run measured is assembled whole
         reaped = reaper.reap()
         several = len(session.fits) > 1
+        # After the fit and its workers: the machine's hand-over as the run ends, for
+        # predictions from it (one reading stands for its moment only: handover's docstring).
+        handover = handover_time() if session.fits else None
         results = [
-            _assemble(fit, knobs, session, reaped, number=i + 1 if several else None)
+            _assemble(fit, knobs, session, reaped, handover, number=i + 1 if several else None)
             for i, fit in enumerate(session.fits)
         ]
         if not results:
@@ -186,14 +189,19 @@ def _peak(device: Device, measured: RunResult, taken: dict[str, Any]) -> dict[st
 
 
 def _assemble(
-    fit: FitRecord, knobs: Knobs, session: Intercept, reaped: list[str], number: int | None
+    fit: FitRecord,
+    knobs: Knobs,
+    session: Intercept,
+    reaped: list[str],
+    handover: float | None,
+    number: int | None,
 ) -> RunResult:
     """One fit's result, built once: what the probe measured, the knobs asked and in force,
     the notes of each part, and the doctor's findings."""
     measured = fit.probe.result() if fit.probe.ran else RunResult()
     device = device_for(measured.device)
     workload = measured.workload | fit.workload() | {"math": device.math()}
-    workload["handover"] = handover_time()  # this machine's, for predictions from this run
+    workload["handover"] = handover
     ran = ran_otherwise(knobs, fit, measured)
     knob_notes, changes = _matmul_knob(knobs, session, ran, measured.workload.get("precision"))
     if changes is not None:
@@ -361,15 +369,23 @@ class Before:
 
 
 def before_run(
-    baseline: Sequence[RunResult], knobs: Knobs, *, ask: Ask | None, view: LiveView
+    baseline: Sequence[RunResult],
+    knobs: Knobs,
+    *,
+    ask: Ask | None,
+    view: LiveView,
+    latest: Sequence[RunResult] = (),
 ) -> Before:
     """Before a run after the baseline: the learner's guess first (so speedlab's figure cannot
-    sway it), then speedlab's prediction from each of the baseline's fits, shown by ``view``."""
+    sway it), then speedlab's prediction from each of the baseline's fits, shown by ``view``,
+    with the hand-over measured as the ``latest`` run ended where it has one (the machine's
+    nearest to the run predicted), else the baseline's."""
     label = RunResult(knobs=knobs).label(baseline[0]) if baseline else "run"
     guess = ask(label) if ask is not None else None
     if knobs.workers == "auto":
         knobs = replace(knobs, workers=resolve_workers("auto", knobs.devices or 1)[0])
-    predictions = {base.fit: predict(base, knobs) for base in baseline}
+    handover = next((r.workload["handover"] for r in latest if "handover" in r.workload), None)
+    predictions = {base.fit: predict(base, knobs, handover=handover) for base in baseline}
     view.predicted(label, next(iter(predictions.values()), None), guess)
     return Before(predictions, guess)
 
@@ -405,7 +421,9 @@ def run_sweep(
             for i, knobs in enumerate(spec.plan):
                 if i > 0 and i not in said:
                     try:
-                        said[i] = before_run(replicates[0], knobs, ask=ask, view=view)
+                        said[i] = before_run(
+                            replicates[0], knobs, ask=ask, view=view, latest=replicates[i - 1]
+                        )
                     except KeyboardInterrupt:  # while the learner was asked: as in a run
                         interrupted = True
                         break

@@ -249,14 +249,18 @@ def test_with_no_core_to_spare_after_preloading_the_advice_fits_the_device(devic
 
 def test_a_pageable_copy_is_its_own_part_not_io_and_pinning_is_suggested() -> None:
     """Batches in memory, each copied from pageable memory behind the device's 20 ms of work: the
-    host's wait holds the device's work, the device's own wait is the 5 ms copy."""
+    host's wait holds the device's work, the device's own wait is the 5 ms copy and the time
+    the host (which waited for the copy) and then the device's thread take to wake and queue
+    and reach the step's start: about 0.6 ms a step on this 2-core VM, 1.5 to 4.7 ms where a
+    thread woke late (2026-12-02: copies of 5.1 ms read 6.7 to 9.7 ms a step in twelve runs).
+    So the copy is told from the 25 ms of copy and work with half the work's margin."""
     with probe_on_simulated_device() as device:
         probe = SpeedProbe(warmup=5)
         fit_on_device(on_device(device, work_s=0.02, copy_s=0.005), probe, 40)
     run = replace(probe.result(), device="cuda")  # its figures are the simulated device's
     require_quiet(run)  # a host slowed by other work no longer runs ahead of the device
     assert run.host_data_time > 0.02  # the copy waited for the previous step's work
-    assert 0.005 <= run.copy_time < 0.008 and run.data_time < run.copy_time + 0.002
+    assert 0.005 <= run.copy_time < 0.005 + 0.02 / 2 and run.data_time < run.copy_time + 0.002
     found = the(diagnose(run), "copy_bound")
     assert "is the copy of the batch to the GPU" in found.evidence
     assert (found.knob, found.value) == ("pin_memory", True)

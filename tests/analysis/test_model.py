@@ -7,24 +7,29 @@ from dataclasses import replace
 import pytest
 
 from speedlab.analysis.doctor import diagnose
-from speedlab.analysis.model import MODEL_BOUND_DATA_SHARE, model_bound
+from speedlab.analysis.model import MODEL_BOUND_DATA_SHARE, OVERHEAD_STEP_S, model_bound
 from speedlab.measure.numerics import cpu_matmul_changes
 from speedlab.measure.probe import SpeedProbe
 from speedlab.results.sweep import SweepResult
+from speedlab.results.table import fmt_ms
 from tests.doctor_runs import kinds, known_cost, profile, require_quiet, the
 from tests.records import run_of
 from tests.simulated_device import fit_on_device, on_device, probe_on_simulated_device
 
 
 def test_mlp_lab_is_overhead_bound_and_asks_for_a_larger_batch(tabular_sweep: SweepResult) -> None:
-    require_quiet(tabular_sweep.baseline)
-    found = the(diagnose(tabular_sweep.baseline), "overhead_bound")
+    run = tabular_sweep.baseline
+    require_quiet(run)
+    if not run.step_time < OVERHEAD_STEP_S:  # a slow machine: 8.7 ms once on this VM (2026-12-02)
+        pytest.skip(f"the lab's step took {run.step_time * 1e3:.1f} ms on this machine: not tiny")
+    found = the(diagnose(run), "overhead_bound")
     assert (found.knob, found.value) == ("batch_size", 256)
     assert "64 samples" in found.evidence and "larger batch" in found.advice
 
 
 def test_a_model_that_is_all_compute_is_model_bound_and_says_what_this_cpu_cannot_do() -> None:
     sweep = profile(known_cost(step_s=0.02, n=2000), steps=15)
+    require_quiet(sweep.baseline)  # else the doctor rightly says oversubscribed instead
     found = the(diagnose(sweep.baseline), "model_bound")
     assert found.severity == "info"
     if cpu_matmul_changes("medium"):  # measured on this CPU: oneDNN runs bf16 matmuls
@@ -37,7 +42,10 @@ def test_a_model_that_is_all_compute_is_model_bound_and_says_what_this_cpu_canno
 
 def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> None:
     """The loader's 10 ms a step run while the device works 20 ms: the host waits for data, the
-    device does not, and no loading knob is suggested."""
+    device does not, and no loading knob is suggested. The device's idle time is what the host
+    and the device's thread take to wake and queue and reach the step's start: under 1 ms in
+    most steps, up to 4.7 ms where a thread woke late on this 2-core VM (2026-12-02), so the
+    sentence is checked against the run's own figures."""
     with probe_on_simulated_device() as device:
         probe = SpeedProbe(warmup=5)
         fit_on_device(on_device(device, work_s=0.02), probe, 40, sleep_s=0.00125)
@@ -45,7 +53,9 @@ def test_loading_hidden_behind_the_devices_work_is_model_bound_and_says_so() -> 
     if run.data_share >= MODEL_BOUND_DATA_SHARE:
         pytest.skip("the host fell behind the device (a busy machine): nothing was hidden")
     found = the(diagnose(run), "model_bound")
-    assert "The host waited 1" in found.evidence and "the GPU sat idle only 0." in found.evidence
+    said = f"The host waited {fmt_ms(run.host_data_time)} a step for the loader, but the GPU sat "
+    assert said + f"idle only {fmt_ms(run.data_time)}" in found.evidence
+    assert run.host_data_time > 0.01  # the loader's 10 ms
     assert "more workers or preloading would not make this run faster" in found.evidence
     assert not {"io_bound", "cpu_bound"} & set(kinds(diagnose(run)))
 

@@ -25,39 +25,7 @@ from speedlab.results.run import RunResult
 from speedlab.results.stats import summarize
 from speedlab.results.system import SystemSummary
 from tests.doctor_runs import known_cost, profile, require_quiet
-from tests.records import records_of
-
-BATCH = 8
-
-
-def baseline(
-    data_s: float = 0.024,
-    batch_s: float = 0.010,
-    *,
-    busy: float = 0.0,
-    threads: int = 1,
-    knobs: dict | None = None,
-    handover: float = 0.0,
-) -> RunResult:
-    """A baseline of these step times on 2 quiet cores, its loader (in the main process)
-    keeping ``busy`` of a core busy while it loads: the training thread's CPU says so; a ready
-    batch from a worker takes ``handover`` on its machine."""
-    step = data_s + batch_s
-    thread = (batch_s + busy * data_s) / step * 100
-    system = SystemSummary(
-        cores=2,
-        cpu_percent=thread / 2,
-        main_cpu_percent=thread * threads,
-        workers_cpu_percent=0.0,
-        torch_threads=threads,
-        train_thread_cpu_percent=thread,
-    )
-    return RunResult(
-        knobs=Knobs(**(knobs or {"workers": 0})),
-        records=records_of(40, data_s, batch_s, BATCH),
-        system=system,
-        workload={"handover": handover},
-    )
+from tests.records import BATCH, baseline, records_of
 
 
 def test_workers_spread_a_waiting_loader_over_the_step() -> None:
@@ -69,6 +37,14 @@ def test_workers_spread_a_waiting_loader_over_the_step() -> None:
     assert (p.data_time, p.batch_time) == pytest.approx((0.001, 0.010))
     assert "workers=3" in p.reason and "8.0 ms a batch" in p.reason and "waiting" in p.reason
     assert str(p).startswith("predicted about 3.1x: ")
+
+
+def test_a_later_hand_over_reading_stands_in_for_the_baselines() -> None:
+    """The same split with the hand-over read 4 ms just before the run (a shared VM's moves by
+    several times within minutes): the step is its compute and that hand-over, 34 / 14 ms."""
+    p = predict(baseline(handover=0.001), Knobs(workers=3), handover=0.004)
+    assert p.speedup == pytest.approx(0.034 / 0.014, rel=1e-6)
+    assert (p.data_time, p.batch_time) == pytest.approx((0.004, 0.010))
 
 
 def test_busy_loaders_need_more_cpu_than_the_cores_give() -> None:

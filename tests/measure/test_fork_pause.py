@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from speedlab.measure import system
 from speedlab.measure.fork_pause import ForkPause
+from speedlab.measure.reading import Reader, SystemSample
 from speedlab.measure.system import SystemSampler
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
@@ -59,18 +59,18 @@ def test_a_fork_waits_for_the_work_in_hand_and_the_thread_goes_on_after() -> Non
 
 def test_no_fork_falls_inside_a_system_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     reading, readers = threading.Event(), set()
-    read = system._Reader.read
+    read = Reader.read
 
-    def slow_read(self: system._Reader, every_worker: bool = False) -> system.SystemSample:
+    def slow_read(self: Reader, every_worker: bool = False, walk: bool = True) -> SystemSample:
         readers.add(threading.current_thread().name)
         reading.set()
         try:
             time.sleep(0.002)
-            return read(self, every_worker)
+            return read(self, every_worker, walk)
         finally:
             reading.clear()
 
-    monkeypatch.setattr(system._Reader, "read", slow_read)
+    monkeypatch.setattr(Reader, "read", slow_read)
     with SystemSampler(interval_s=0.0005):
         inside = forks_inside(reading.is_set)
         # Once in a run of the measure tests after the notebook tests (2026-12-01), 1 fork of 40;

@@ -9,6 +9,7 @@ import inspect
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 import speedlab.measure
 from speedlab.labs import QUIET_TRAINER, KnownCostModel, busy_wait, known_cost_loader
 from speedlab.measure.probe import SpeedProbe
+from speedlab.measure.reading import Reader, SystemSample
 from speedlab.measure.workload import loader_facts
 from speedlab.results.steady import steady
 
@@ -518,6 +520,33 @@ def test_system_sampler_runs_with_the_fit() -> None:
     assert system.samples >= 2
     assert system.peak_rss_bytes > 50e6
     assert system.main_cpu_percent > 30  # the busy-waiting step keeps one core busy
+
+
+def test_the_fits_due_system_readings_fall_between_its_steps(monkeypatch) -> None:
+    """The thread that trains takes the sampler's due readings between a step's end and the
+    next one's fetch (``SystemSampler.read_if_due``): in a step's wall, as any work of the fit
+    between steps, and in neither its data_time nor its batch_time."""
+    taken, read = [], Reader.read
+
+    def timed(self: Reader, every_worker: bool = False, walk: bool = True) -> SystemSample:
+        start = time.perf_counter()
+        sample = read(self, every_worker, walk)
+        if not walk:  # the training path's readings: the sampler's thread walks pages
+            taken.append((threading.current_thread(), start, time.perf_counter()))
+        return sample
+
+    monkeypatch.setattr(Reader, "read", timed)
+    probe = SpeedProbe(warmup=2)
+    trainer(probe, max_steps=100).fit(
+        KnownCostModel(step_s=0.01), known_cost_loader(n=1000, batch_size=8)
+    )
+    r, t0 = probe.records, probe._steps.t0
+    assert len(taken) >= 2  # a second of steps, four readings a second
+    for thread, start, end in taken:
+        assert thread is threading.current_thread()
+        i = max(i for i, t in enumerate(r["t"]) if t0 + t <= start)
+        assert t0 + r["t"][i] + r["wall"][i] >= end  # in this step's wall
+        assert r["wall"][i] - r["data_time"][i] - r["batch_time"][i] >= end - start
 
 
 class SlowFirstStep(KnownCostModel):

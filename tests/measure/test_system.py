@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
-import io
 import json
 import math
 import multiprocessing
@@ -19,10 +17,12 @@ import time
 from itertools import pairwise
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+import speedlab.measure.reading
 import speedlab.measure.system
 from speedlab.measure.machine import (
     format_bytes,
@@ -31,6 +31,7 @@ from speedlab.measure.machine import (
     usable_cores,
     visible_gpus,
 )
+from speedlab.measure.reading import Reader
 from speedlab.measure.system import SystemSample, SystemSampler, summarize
 from speedlab.results.system import SystemSummary
 
@@ -138,76 +139,6 @@ def test_a_worker_forked_by_another_thread_is_seen(thread_ends: bool) -> None:
     assert worker_cpu_s(summary) == pytest.approx(0.3, abs=0.1)
 
 
-def test_a_reading_opens_no_file_once_the_first_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A system call that frees the GIL hands it to the training thread and back: a reading
-    reads again the files it keeps open, a worker's too (a cgroup's usage file apart)."""
-    ready, release = FORK.Event(), FORK.Event()
-    worker = FORK.Process(target=hold_memory, args=(50 * 2**20, ready, release))
-    reader = speedlab.measure.system._Reader(threading.get_ident())
-    reader.read()
-    worker.start()
-    opened: list[str] = []
-    try:
-        assert ready.wait(30)
-        reader.read()  # the first to see the worker
-        real_open, real_io_open = os.open, io.open
-
-        def os_open(path: str, *args: object, **kwargs: object) -> int:
-            opened.append(str(path))
-            return real_open(path, *args, **kwargs)
-
-        def io_open(file: object, *args: object, **kwargs: object) -> object:
-            opened.append(str(file))
-            return real_io_open(file, *args, **kwargs)
-
-        monkeypatch.setattr(os, "open", os_open)
-        monkeypatch.setattr("builtins.open", io_open)
-        sample = reader.read()
-        monkeypatch.undo()
-    finally:
-        release.set()
-        worker.join()
-        reader.close()
-    usage = str(reader.quota.usage) if reader.quota is not None else None
-    assert [path for path in opened if path != usage] == []
-    assert sample.workers == 1 and len(sample.cpu_percent_per_core) == psutil.cpu_count()
-    assert sample.rss_bytes >= psutil.Process().memory_info().rss
-
-
-@pytest.mark.parametrize("listed", [True, False])
-def test_a_workers_files_are_closed_once_it_is_gone(listed: bool) -> None:
-    """The files a reading keeps open for a worker are closed at the first reading after it
-    ends: a fit whose loaders start workers each epoch leaves no descriptors behind. Also
-    where the kernel lists no thread's children and psutil finds the workers (``listed``)."""
-
-    def opened_for(pid: int) -> list[str]:
-        paths = []
-        for fd in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                paths.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return [path for path in paths if path.startswith(f"/proc/{pid}/")]
-
-    ready, release = FORK.Event(), FORK.Event()
-    worker = FORK.Process(target=hold_memory, args=(2**20, ready, release))
-    reader = speedlab.measure.system._Reader(threading.get_ident())
-    reader._proc_children &= listed
-    try:
-        reader.read()
-        worker.start()
-        assert ready.wait(30)
-        assert reader.read().workers == 1
-        held = opened_for(worker.pid)
-        release.set()
-        worker.join()
-        assert reader.read().workers == 0
-        assert opened_for(worker.pid) == []
-    finally:
-        release.set()
-        worker.join()
-        reader.close()
-    assert len(held) == 3  # its stat, statm and its main thread's children
-
-
 def test_rss_includes_a_worker_holding_200_mb() -> None:
     nbytes = 200 * 2**20
     main_rss = psutil.Process().memory_info().rss
@@ -261,7 +192,7 @@ def test_pages_workers_share_with_the_main_process_count_once() -> None:
 def test_where_a_workers_own_pages_cannot_be_read_the_figure_says_it_overcounts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(speedlab.measure.system, "unique_bytes", lambda pid: None)
+    monkeypatch.setattr(speedlab.measure.reading, "unique_bytes", lambda pid: None)
     with SystemSampler() as sampler:
         worker = FORK.Process(target=burn_cpu, args=(0.3,))
         worker.start()
@@ -283,7 +214,7 @@ def test_workers_own_pages_are_read_in_turn_within_their_share_of_the_time(
         time.sleep(walk_s)
         return own
 
-    monkeypatch.setattr(speedlab.measure.system, "unique_bytes", timed_walk)
+    monkeypatch.setattr(speedlab.measure.reading, "unique_bytes", timed_walk)
     release = FORK.Event()
     workers = [FORK.Process(target=release.wait, args=(30,)) for _ in range(3)]
     try:
@@ -300,7 +231,7 @@ def test_workers_own_pages_are_read_in_turn_within_their_share_of_the_time(
     during, at_stop = walks[:-3], [pid for _, pid in walks[-3:]]
     assert sorted(at_stop) == pids  # the stop's reading walks each worker once
     assert len(during) >= 2
-    gap = walk_s / speedlab.measure.system.PAGE_WALK_SHARE
+    gap = walk_s / speedlab.measure.reading.PAGE_WALK_SHARE
     assert all(b - a >= gap for (a, _), (b, _) in pairwise(during))  # within the share
     order = [pid for _, pid in during]
     assert set(order) <= set(pids) and len(set(order[:3])) == min(3, len(order))
@@ -705,3 +636,96 @@ def test_a_long_run_is_read_less_often_after_its_start(monkeypatch) -> None:
     late = [g for g, at in zip(gaps, t[1:]) if at >= 0.9]
     assert len(early) >= 8 and max(early) < 0.2, early
     assert 3 <= len(late) <= 4 and min(late) > 0.25, late
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Each reading as it is taken: its thread's name and whether it could walk pages."""
+    read, readings = Reader.read, []
+
+    def recorded(self: Reader, every_worker: bool = False, walk: bool = True) -> SystemSample:
+        readings.append((threading.current_thread().name, walk))
+        return read(self, every_worker, walk)
+
+    monkeypatch.setattr(Reader, "read", recorded)
+    return readings
+
+
+def train_for(sampler: SystemSampler, seconds: float, step_s: float = 0.002) -> None:
+    """The training path's part: steps of ``step_s``, each ending with a due reading."""
+    end, due = time.perf_counter() + seconds, sampler.path_due()
+    while (now := time.perf_counter()) < end:
+        time.sleep(step_s)
+        if now >= due[0]:
+            sampler.read_if_due()
+
+
+def test_the_thread_that_trains_takes_the_due_readings_between_its_steps(
+    taken: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of 2 ms take each due reading, in the sampler's rhythm; the sampler's thread
+    takes none but the first (asleep until it was due when the path came), and walks the
+    worker's pages, which no step waits for."""
+    walks: list[str] = []
+
+    def walk(pid: int) -> int:
+        walks.append(threading.current_thread().name)
+        return 2**20
+
+    monkeypatch.setattr(speedlab.measure.reading, "unique_bytes", walk)
+    release = FORK.Event()
+    worker = FORK.Process(target=release.wait, args=(30,))
+    try:
+        with SystemSampler(interval_s=0.1) as sampler:
+            worker.start()
+            train_for(sampler, 1.5)
+    finally:
+        release.set()
+        worker.join()
+    main = threading.main_thread().name
+    during = taken[2:-1]  # the start's reading, the first due one and the stop's apart
+    assert len(during) >= 10 and set(during) == {(main, False)}, taken
+    gaps = sorted(b.t - a.t for a, b in pairwise(sampler.samples[1:-1]))
+    assert 0.09 < gaps[len(gaps) // 2] < 0.13
+    assert walks and set(walks[:-1]) == {"speedlab-system-sampler"}  # the last: stop()'s
+
+
+def test_readings_no_step_comes_to_take_are_the_sampler_threads(
+    taken: list[tuple[str, bool]],
+) -> None:
+    """In a long step (1 s) the sampler's thread reads, each reading at most LATE_SHARE of an
+    interval late; the steps after it take them again."""
+    with SystemSampler(interval_s=0.1) as sampler:
+        train_for(sampler, 0.5)
+        before = len(taken)
+        time.sleep(1.0)
+        stalled = taken[before:]
+        train_for(sampler, 0.5)
+        after = taken[len(taken) - 2 :]
+    late = (1 + speedlab.measure.system.LATE_SHARE) * 0.1
+    assert len(stalled) >= 1.0 / late - 1
+    assert set(stalled) == {("speedlab-system-sampler", True)}
+    assert set(after) == {(threading.main_thread().name, False)}
+
+
+def test_a_reading_that_fails_on_the_training_path_leaves_the_readings_to_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fit sees the sampler's error as a warning, once: its path stops reading, the
+    sampler's thread reads on."""
+    read = Reader.read
+
+    def fails_on_the_path(self: Reader, every_worker: bool = False, walk: bool = True) -> Any:
+        if not walk:
+            raise OSError("no /proc here")
+        return read(self, every_worker, walk)
+
+    monkeypatch.setattr(Reader, "read", fails_on_the_path)
+    with SystemSampler(interval_s=0.05) as sampler:
+        with pytest.warns(RuntimeWarning, match=r"OSError\('no /proc here'\).* own thread") as seen:
+            train_for(sampler, 0.2)
+        assert len(seen) == 1
+        assert sampler.path_due() == [math.inf]
+        count = len(sampler.samples)
+        time.sleep(0.3)
+        assert len(sampler.samples) >= count + 3

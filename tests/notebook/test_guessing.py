@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from speedlab.notebook.guessing import NO_ONE, QUESTION, Asker, said_line
+from speedlab.notebook.guessing import NO_ONE, QUESTION, Asker, said_before, said_line
 from speedlab.notebook.live import NotebookView, TerminalView
+from speedlab.notebook.panel_runs import PanelRun
 from speedlab.results.knobs import Knobs
 from speedlab.results.prediction import ALLOWED_GUESSES, Guess, Prediction
 from speedlab.run.intercept import RunControls
 from speedlab.run.sweep import plan_sweep
+from speedlab.run.watch import LiveView
+from tests.records import hand_over_runs
 
 SETUP = """\
 %load_ext speedlab
@@ -195,3 +198,14 @@ def test_the_live_views_show_the_line_before_the_run_it_is_of() -> None:
     assert second["text/plain"] == f"{line}\nrun 2/3 workers=2"
     assert second["text/html"].startswith(f'<div class="speedlab-said">{line}</div><code>')
     assert line not in first["text/plain"] + third["text/plain"]
+
+
+def test_a_panel_run_is_predicted_with_the_latest_rows_hand_over() -> None:
+    """As a sweep's: the reading taken as the row before it ended, not the baseline's."""
+    base, later = hand_over_runs()
+    rows = [PanelRun(base, baseline=True, stopped=False)]
+    knobs, view = Knobs(workers=3), LiveView()
+    first = said_before(rows, knobs, None, view, baseline=False).predictions[None]
+    rows.append(PanelRun(later, baseline=False, stopped=False))
+    then = said_before(rows, knobs, None, view, baseline=False).predictions[None]
+    assert (first.data_time, then.data_time) == pytest.approx((0.001, 0.004))
