@@ -16,6 +16,7 @@ from speedlab.measure.compat import batch_untouched, feeds_iterator, quiet_fetch
 from speedlab.measure.devices import Device
 from speedlab.measure.devices.events import stamped
 from speedlab.measure.taps import Taps
+from speedlab.measure.unlisted import Unlisted
 from speedlab.measure.watches import WarmupWatches
 from speedlab.measure.workload import batch_size_of, full_batch, last_batch, samples_of
 
@@ -23,8 +24,10 @@ _perf = time.perf_counter
 
 
 def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
-    """Wrap the calls that bound each step on the trainer's loop and strategy. After the fit
-    they pass calls on: another probe's wrappers may sit on top, and put them back.
+    """Wrap the calls that bound each step on the trainer's loop and strategy, and the epoch
+    and validation loops' runs, which take speedlab's callbacks out of the trainer's list for
+    the steps (``speedlab.measure.unlisted``). After the fit they pass calls on: another
+    probe's wrappers may sit on top, and put them back.
 
     What a wrapper touches inside Lightning's step is no longer in the caches, about a
     microsecond an object or code path (``benchmarks/probe_cold.py``): on the CPU, where
@@ -203,6 +206,9 @@ def attach(probe: Any, trainer: Any, device: Device) -> Callable[[], None]:
         taps.put(loop, "_on_after_fetch", fetch_end)
     taps.put(loop.automatic_optimization, "run", runs)
     taps.put(loop.manual_optimization, "run", runs_manual)
+    unlisted = Unlisted(trainer)  # speedlab's callbacks out of the steps' hook lookups
+    taps.put(loop, "run", unlisted.training)
+    taps.put(loop.val_loop, "run", unlisted.validating)
     if mid_epoch:
         taps.put(fetcher, "_start_profiler", lambda _: loop._on_before_fetch)
         taps.put(fetcher, "_stop_profiler", lambda _: loop._on_after_fetch)

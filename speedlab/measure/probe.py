@@ -43,6 +43,7 @@ from speedlab.measure.ranks import RankRecorder
 from speedlab.measure.steps import StepLog
 from speedlab.measure.system import SystemSampler
 from speedlab.measure.taps import Taps
+from speedlab.measure.unlisted import UnlistedInSteps
 from speedlab.measure.watches import WarmupWatches
 from speedlab.measure.workload import workload_of
 from speedlab.results.run import Phase, RunResult
@@ -322,7 +323,7 @@ class _SpeedProbeCore:
 _bases = callback_bases()
 
 
-class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
+class SpeedProbe(_SpeedProbeCore, UnlistedInSteps, *_bases):  # type: ignore[misc]
     """Lightning Callback recording data_time and batch_time of every training step.
 
     Works with ``lightning.pytorch`` and ``pytorch_lightning`` Trainers alike, beside any user
@@ -350,7 +351,8 @@ class SpeedProbe(_SpeedProbeCore, *_bases):  # type: ignore[misc]
     state_key = "SpeedProbe"  # type: ignore[assignment]
 
     # Lightning skips a callback's hook that is not callable. The probe does not listen to these
-    # per-step hooks, and dispatching each would cost a profiler context every step.
+    # per-step hooks, and dispatching each would cost a profiler context every step; while its
+    # fit's epoch loop runs it is not even listed (speedlab.measure.unlisted).
     on_train_batch_start = on_train_batch_end = None  # type: ignore[assignment]
     on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]

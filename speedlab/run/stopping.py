@@ -16,6 +16,7 @@ from typing import Any
 from typing_extensions import override
 
 from speedlab.measure.compat import callback_bases, lightning_packages
+from speedlab.measure.unlisted import UnlistedInSteps
 
 
 def complete_progress_bar(trainer: Any) -> None:
@@ -41,7 +42,7 @@ def time_is_up(trainer: Any) -> bool:
     return False
 
 
-class PlannedStop(*callback_bases()):  # type: ignore[misc]
+class PlannedStop(UnlistedInSteps, *callback_bases()):  # type: ignore[misc]
     """Lightning Callback: when ``planned(trainer)`` says speedlab ended the epoch, the
     progress bar closes as complete. It must come before the progress bar among the Trainer's
     callbacks (its hook runs first).
@@ -57,8 +58,9 @@ class PlannedStop(*callback_bases()):  # type: ignore[misc]
             ``max_steps`` and ``max_time``).
     """
 
-    # Only the end of an epoch matters: the per-step hooks are not dispatched (Lightning skips a
-    # hook that is not callable), so this callback costs the measured steps nothing.
+    # Only the end of an epoch and validation matter: the per-step hooks are not dispatched
+    # (Lightning skips a hook that is not callable), and while a probe's fit trains its steps
+    # this callback is not listed (speedlab.measure.unlisted).
     on_train_batch_start = on_train_batch_end = None  # type: ignore[assignment]
     on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]

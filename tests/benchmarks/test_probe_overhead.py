@@ -98,8 +98,8 @@ def test_a_known_answer_read_outside_nought_to_twice_itself_says_the_method_miss
 
 class Observer(pl.Callback):
     """After StepPairs' switch, whether each step runs with the probe's wrapper of the
-    optimizer loop's ``run`` (the probe's per-step path), with the probe among the callbacks,
-    and with SimpleProfiler."""
+    optimizer loop's ``run`` (the probe's per-step path), with the probe among the callbacks
+    (never in a step, as in its own fits), and with SimpleProfiler."""
 
     def __init__(self, pairs: StepPairs) -> None:
         self.pairs, self.seen = pairs, []
@@ -132,7 +132,7 @@ def test_each_pair_has_its_arm_on_in_one_step_and_off_in_the_other(monkeypatch) 
         assert first[0] == second[0] and first[1] != second[1]
     assert {arm for arm, *_ in paired} == set(PAIRED_ARMS)
     for (arm, on, *_), (wrapped, listed, profiler) in zip(paired, observer.seen[WARM + SETTLE :]):
-        assert wrapped == listed == (arm == "speedprobe" and on)
+        assert wrapped == (arm == "speedprobe" and on) and not listed
         assert (profiler is pairs.simple) == (arm == "simpleprofiler" and on)
     probe_on = sum(1 for arm, on, *_ in pairs.steps if (arm, on) == ("speedprobe", True))
     assert len(pairs.probe.records["batch_time"]) == probe_on  # the probe's settling steps too
@@ -140,6 +140,8 @@ def test_each_pair_has_its_arm_on_in_one_step_and_off_in_the_other(monkeypatch) 
     # Afterwards the loop's method is its class's again, and the trainer's profiler its own
     loop = observer.trainer.fit_loop.epoch_loop.automatic_optimization
     assert "run" not in vars(loop) and observer.trainer.profiler is not pairs.simple
+    assert pairs.probe in observer.trainer.callbacks  # listed as the fit ends
+    assert pairs.probe._result is not None  # so its teardown ran, and built its result
     differences = pairs.pairs()
     require_quiet(machine)
     assert 0.8e-3 < statistics.median(differences[KNOWN]) < 1.5e-3
