@@ -74,7 +74,7 @@ class SimulatedDevice(CpuDevice):
     asynchronous = True
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[float | SimulatedEvent] = queue.Queue()
+        self.queue: queue.Queue[float | SimulatedEvent | None] = queue.Queue()
         self.launched = 0  # pieces of work queued so far
         self.spans: list[tuple[float, float]] = []  # when each piece of work really ran (a
         # busy host wakes the device's thread late)
@@ -97,6 +97,10 @@ class SimulatedDevice(CpuDevice):
     def synchronize(self) -> None:
         self.queue.join()
 
+    def close(self) -> None:
+        """The device's thread ends once it has run what was queued before."""
+        self.queue.put(None)
+
     def timeline(self, warmup: int = 0) -> EventTimeline:
         return EventTimeline(self.event, self.synchronize)
 
@@ -106,6 +110,9 @@ class SimulatedDevice(CpuDevice):
     def _run(self) -> None:
         while True:
             item = self.queue.get()
+            if item is None:
+                self.queue.task_done()
+                return
             if isinstance(item, SimulatedEvent):
                 item.stamp = time.perf_counter()
                 self.waits.append(item.stamp - item.queued)
@@ -206,6 +213,7 @@ def probe_on_simulated_device() -> Iterator[SimulatedDevice]:
         with mock.patch.dict(speedlab.measure.devices.DEVICES, {"cpu": lambda: device}):
             yield device
     finally:
+        device.close()
         gc.unfreeze()
         sys.setswitchinterval(switch)
         torch.set_num_threads(threads)

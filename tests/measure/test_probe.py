@@ -26,6 +26,7 @@ from speedlab.measure.reading import Reader, SystemSample
 from speedlab.measure.workload import loader_facts
 from speedlab.results.run import RunResult
 from speedlab.results.steady import steady
+from tests.doctor_runs import require_quiet
 
 
 def trainer(probe: SpeedProbe, package=pl, **kwargs) -> pl.Trainer:
@@ -46,16 +47,12 @@ def close_to(measured: float, truth: float, drift: float = 0.0) -> bool:
     return abs(measured - truth) <= max(0.1 * truth, 0.002) + drift
 
 
-QUIET_CORES = 0.3  # other processes' CPU during a timing test above this: it cannot be judged
+QUIET_CORES = 0.3  # other processes' CPU during a timing test from this on: it cannot be judged
 
 
-def skip_if_shared(result) -> None:
+def skip_if_shared(result: RunResult) -> None:
     """Known answers need the machine to ourselves: wall-clock costs stretch when others run."""
-    from speedlab.analysis.compare import other_processes_cores
-
-    others = other_processes_cores(result)
-    if others > QUIET_CORES:
-        pytest.skip(f"other processes used {others:.1f} cores during the run")
+    require_quiet(result, below=QUIET_CORES)
 
 
 def loader_batch_cost(num_workers: int = 0, **loader_kw) -> float:
