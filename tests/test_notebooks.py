@@ -387,12 +387,22 @@ def _compile(f: dict) -> None:
 @lesson(
     "06_doctor",
     "{'kinds': [f.kind for f in speedlab.diagnose(tuned.runs[0])], 'best': tuned.best.speedup,"
+    " 'io_knob': next(f.knob for f in speedlab.diagnose(tuned.runs[0]) if f.kind == 'io_bound'),"
     " 'notes': tuned.notes}",
 )
 def _doctor(f: dict) -> None:
     assert "io_bound" in f["kinds"]
-    assert f["best"] > 1.5
     assert all(note in f["printed"] for note in f["notes"])  # the path, as the prose reads it
+    if f["io_knob"] is None:
+        # Other processes took half a core or more: a loader's wait cannot be told from theirs
+        # (speedlab.analysis.data), so the doctor names no knob and nothing is tried. Seen beside
+        # one busy process here on 2026-12-02.
+        assert f["notes"][-2:] == [
+            "Stopped: the doctor has nothing left to try.",
+            "Best configuration: the cell's own settings; no change was measured.",
+        ]
+        return
+    assert f["best"] > 1.5
     assert f"{f['best']:.2f}x the baseline (" in f["notes"][-1]  # its verdict, from compare()
 
 

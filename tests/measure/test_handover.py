@@ -24,7 +24,9 @@ def test_each_reading_is_taken_anew_so_a_busy_moment_is_not_kept() -> None:
     reading kept for the process (as before 2026-12-02) would read 200 ms ever after. Two busy
     threads, not one: beside one, a reading's median take now and then got the GIL back
     before the thread did (13 and 38 ms, once under the next reading, in 29 readings on
-    2026-12-02); beside two, 24 readings took 176 to 284 ms."""
+    2026-12-02); beside two, 24 readings took 176 to 284 ms, and 49 ms with a busy process
+    beside the suite besides (the after reading 0.5 ms): a busy moment is told from the next
+    by their ratio, and by a take longer than two switch intervals."""
     stop = threading.Event()
 
     def spin() -> None:
@@ -41,7 +43,7 @@ def test_each_reading_is_taken_anew_so_a_busy_moment_is_not_kept() -> None:
         for thread in busy:
             thread.join()
     after = handover_time()
-    assert beside > 10 * sys.getswitchinterval() >= 0.05 > after, (beside, after)
+    assert beside > 2 * sys.getswitchinterval() and beside > 10 * after, (beside, after)
 
 
 def test_the_hand_over_leaves_torchs_random_numbers_and_the_start_method_as_they_were() -> None:
