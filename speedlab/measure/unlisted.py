@@ -4,11 +4,13 @@ Lightning dispatches each of a training step's six callback hooks (``on_train_ba
 ``on_train_batch_end``) by looking it up on every callback in ``trainer.callbacks``, and skips
 one that is not callable. speedlab's callbacks listen to none of them (their hooks are None),
 yet each lookup of a listed callback costs the step: inside Lightning's step, where what it
-touches has left the caches, about 5 us a step for the probe on the zero-cost step of
-``benchmarks/probe_overhead.py`` (2026-12-02). So while the epoch loop runs, its list holds the
-user's callbacks alone, and the whole list is back for the validation loop inside it (whose
-start and end, and each batch's start for a stop asked for, speedlab listens to) and for
-everything outside it: the epoch's start and end, the fit's end, an error's hooks.
+touches has left the caches, 1.4 to 1.8 us a step for the probe on the zero-cost step of
+``benchmarks/probe_overhead.py`` on a quick morning (bare's step 0.8 ms), about 5 on a slow
+day (3.0 ms; by runs hours apart, 2026-12-02: the README's figures). So while the epoch loop
+runs, its list holds the user's callbacks alone, and the whole list is back for the validation
+loop inside it (whose start and end, and each batch's start for a stop asked for, speedlab
+listens to) and for everything outside it: the epoch's start and end, the fit's end, an
+error's hooks.
 """
 
 from __future__ import annotations
