@@ -183,13 +183,15 @@ def _verdict(sweep: SweepResult) -> Finding:
 
 
 def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
-    """batch_time growing with workers, among runs that differ only in workers."""
+    """batch_time growing with workers, among runs that differ only in workers: one finding,
+    of the group where it grew most (a sweep of workers and preload has a group for each
+    preload, and two findings of one cause read as one said twice)."""
     groups: dict[str, list[RunResult]] = {}
     for run in sweep.runs:
         if run.ok and isinstance(run.ran.get("workers"), int) and math.isfinite(run.batch_time):
             rest = {k: v for k, v in run.settings().items() if k != "workers"}
             groups.setdefault(repr(sorted(rest.items())), []).append(run)
-    findings = []
+    findings: list[tuple[float, Finding]] = []
     for runs in groups.values():
         runs = sorted(runs, key=lambda r: r.ran["workers"])
         few, many = runs[0], runs[-1]
@@ -213,10 +215,9 @@ def _workers_slow_the_model(sweep: SweepResult) -> list[Finding]:
             "take the model's cores"
         )
         fewer = max(1, cores - threads)
-        findings.append(
-            Finding("oversubscribed", evidence, advice, "workers", "warn", fewer, summary)
-        )
-    return findings
+        finding = Finding("oversubscribed", evidence, advice, "workers", "warn", fewer, summary)
+        findings.append((grew, finding))
+    return [max(findings, key=lambda found: found[0])[1]] if findings else []
 
 
 def _measured_here(sweep: SweepResult, best: RunResult, finding: Finding) -> Finding:

@@ -91,6 +91,22 @@ def test_a_sweeps_own_findings_say_what_it_measured_of_their_suggestion_too() ->
     assert "This sweep already measured --workers 1 against it: 0." in found.advice
 
 
+def test_workers_that_slow_the_model_in_two_groups_of_runs_are_one_finding() -> None:
+    """A sweep of workers and preload has a group of runs for each preload; where workers
+    slowed the model in both, one finding says so, of the larger growth. Lesson 03 showed two
+    (41% and 59%), and once the same line twice (45% and 45%: CI, 2026-12-02)."""
+
+    def crowded(workers: int, preload: str, batch_s: float) -> RunResult:
+        knobs = {"workers": workers, "preload": preload}
+        run = run_of([0.001] * 30, [batch_s] * 30, knobs=knobs, warmup=5)
+        return replace(run, system={"cores": 2, "torch_threads": 2})
+
+    runs = [crowded(0, "off", 0.010), crowded(2, "off", 0.0145), crowded(0, "ram", 0.010)]
+    sweep = judge_sweep([*runs, crowded(2, "ram", 0.0159)])
+    found = [f for f in sweep.diagnosis if f.kind == "oversubscribed"]
+    assert len(found) == 1 and "grows 59%" in found[0].summary, found
+
+
 def test_a_best_run_whose_compile_never_pays_back_is_told_to_run_without_it() -> None:
     """Workers make the step ten times faster; compiling on top saves 2%, within noise, so it
     never wins back its 2 s: the verdict says never, not 'only never', and what to run."""
